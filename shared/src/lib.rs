@@ -1,1 +1,5 @@
+//! Kuvryn Sync: the API types and the decision logic shared by the controller, the admission
+//! webhook and the `ksync` CLI. Decisions are pure functions over plain data; I/O stays in the
+//! binaries and behind small traits.
 
+pub mod api;
