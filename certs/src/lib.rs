@@ -54,11 +54,7 @@ pub struct CertRequest {
 
 impl Default for CertRequest {
     fn default() -> Self {
-        CertRequest {
-            dns_names: Vec::new(),
-            ip_addresses: Vec::new(),
-            validity_days: 365,
-        }
+        CertRequest { dns_names: Vec::new(), ip_addresses: Vec::new(), validity_days: 365 }
     }
 }
 
@@ -122,18 +118,12 @@ pub fn generate(request: &CertRequest) -> Result<GeneratedCerts, CertError> {
     let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
 
     let mut params = CertificateParams::default();
-    let common_name = request
-        .dns_names
-        .first()
-        .cloned()
-        .unwrap_or_else(|| request.ip_addresses[0].to_string());
+    let common_name =
+        request.dns_names.first().cloned().unwrap_or_else(|| request.ip_addresses[0].to_string());
     params.distinguished_name = name(&common_name);
     params.subject_alt_names = subject_alt_names(request)?;
     params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
     params.not_before = not_before;
@@ -162,10 +152,7 @@ fn subject_alt_names(request: &CertRequest) -> Result<Vec<SanType>, CertError> {
         let ia5 = dns
             .clone()
             .try_into()
-            .map_err(|source| CertError::InvalidDnsName {
-                name: dns.clone(),
-                source,
-            })?;
+            .map_err(|source| CertError::InvalidDnsName { name: dns.clone(), source })?;
         sans.push(SanType::DnsName(ia5));
     }
     sans.extend(request.ip_addresses.iter().copied().map(SanType::IpAddress));
@@ -176,10 +163,7 @@ impl GeneratedCerts {
     /// Write `ca.crt`, `ca.key`, `tls.crt` and `tls.key` into `dir` (created if missing). Key
     /// files are readable by their owner only.
     pub fn write_to(&self, dir: &Path) -> Result<Vec<PathBuf>, CertError> {
-        fs::create_dir_all(dir).map_err(|source| CertError::Write {
-            path: dir.into(),
-            source,
-        })?;
+        fs::create_dir_all(dir).map_err(|source| CertError::Write { path: dir.into(), source })?;
         let files = [
             (CA_CERT_FILE, &self.ca_cert_pem, false),
             (CA_KEY_FILE, &self.ca_key_pem, true),
@@ -189,10 +173,8 @@ impl GeneratedCerts {
         let mut written = Vec::with_capacity(files.len());
         for (file, contents, private) in files {
             let path = dir.join(file);
-            write_file(&path, contents, private).map_err(|source| CertError::Write {
-                path: path.clone(),
-                source,
-            })?;
+            write_file(&path, contents, private)
+                .map_err(|source| CertError::Write { path: path.clone(), source })?;
             written.push(path);
         }
         Ok(written)
@@ -203,12 +185,8 @@ fn write_file(path: &Path, contents: &str, private: bool) -> std::io::Result<()>
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mode = if private { 0o600 } else { 0o644 };
-    let mut file = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(mode)
-        .open(path)?;
+    let mut file =
+        fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(path)?;
     file.write_all(contents.as_bytes())
 }
 
@@ -237,13 +215,9 @@ mod tests {
         assert!(ca.is_ca(), "CA certificate must be a CA");
         assert!(!leaf.is_ca(), "serving certificate must not be a CA");
         assert_eq!(leaf.issuer(), ca.subject());
-        leaf.verify_signature(Some(ca.public_key()))
-            .expect("leaf signed by the CA");
+        leaf.verify_signature(Some(ca.public_key())).expect("leaf signed by the CA");
 
-        let san = leaf
-            .subject_alternative_name()
-            .expect("san ext")
-            .expect("san present");
+        let san = leaf.subject_alternative_name().expect("san ext").expect("san present");
         let names: Vec<String> = san
             .value
             .general_names
@@ -254,18 +228,8 @@ mod tests {
                 other => format!("{other:?}"),
             })
             .collect();
-        assert_eq!(
-            names,
-            vec![
-                "webhook.kuvryn-system.svc",
-                "localhost",
-                "ip:[127, 0, 0, 1]"
-            ]
-        );
-        let eku = leaf
-            .extended_key_usage()
-            .expect("eku ext")
-            .expect("eku present");
+        assert_eq!(names, vec!["webhook.kuvryn-system.svc", "localhost", "ip:[127, 0, 0, 1]"]);
+        let eku = leaf.extended_key_usage().expect("eku ext").expect("eku present");
         assert!(eku.value.server_auth);
         let validity = leaf.validity().time_to_expiration().expect("not expired");
         assert!(validity.whole_days() >= 29 && validity.whole_days() <= 30);
@@ -273,14 +237,8 @@ mod tests {
 
     #[test]
     fn refuses_a_request_without_names_or_validity() {
-        assert!(matches!(
-            generate(&CertRequest::default()),
-            Err(CertError::NoSubjectAltNames)
-        ));
-        let zero = CertRequest {
-            validity_days: 0,
-            ..request()
-        };
+        assert!(matches!(generate(&CertRequest::default()), Err(CertError::NoSubjectAltNames)));
+        let zero = CertRequest { validity_days: 0, ..request() };
         assert!(matches!(generate(&zero), Err(CertError::InvalidValidity)));
     }
 
@@ -291,21 +249,15 @@ mod tests {
         let certs = generate(&request()).expect("generate");
         let files = certs.write_to(&dir.path().join("out")).expect("write");
         assert_eq!(files.len(), 4);
-        for (file, private) in [
-            (CA_CERT_FILE, false),
-            (CA_KEY_FILE, true),
-            (CERT_FILE, false),
-            (KEY_FILE, true),
-        ] {
+        for (file, private) in
+            [(CA_CERT_FILE, false), (CA_KEY_FILE, true), (CERT_FILE, false), (KEY_FILE, true)]
+        {
             let path = dir.path().join("out").join(file);
             let text = fs::read_to_string(&path).expect("read");
             assert!(text.starts_with("-----BEGIN "), "{file} is PEM");
             let mode = fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
             assert_eq!(mode, if private { 0o600 } else { 0o644 }, "{file} mode");
         }
-        assert!(
-            !format!("{certs:?}").contains("PRIVATE KEY"),
-            "Debug must not print keys"
-        );
+        assert!(!format!("{certs:?}").contains("PRIVATE KEY"), "Debug must not print keys");
     }
 }

@@ -6,23 +6,14 @@ use std::process::Command;
 const CHART_CRDS: &str = "charts/kuvryn-sync/crds/kuvryn-sync-crds.yaml";
 
 fn ksync_crds() -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_ksync"))
-        .arg("crds")
-        .output()
-        .expect("run ksync");
-    assert!(
-        out.status.success(),
-        "ksync crds failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(env!("CARGO_BIN_EXE_ksync")).arg("crds").output().expect("run ksync");
+    assert!(out.status.success(), "ksync crds failed: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
 #[test]
 fn chart_crds_are_exactly_what_ksync_crds_prints() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(CHART_CRDS);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(CHART_CRDS);
     let shipped = std::fs::read_to_string(&path)
         .unwrap_or_else(|err| panic!("{} must exist: {err}", path.display()));
     let generated = ksync_crds();
@@ -45,16 +36,13 @@ fn ksync_crds_prints_all_six_kinds_in_the_kuvryn_category() {
     let docs: Vec<serde_json::Value> = yaml
         .split("\n---\n")
         .filter(|doc| doc.contains("kind: CustomResourceDefinition"))
-        .map(|doc| serde_yaml_ng(doc))
+        .map(parse_yaml)
         .collect();
     let mut kinds: Vec<(String, String)> = docs
         .iter()
         .map(|d| {
             (
-                d["spec"]["names"]["kind"]
-                    .as_str()
-                    .expect("kind")
-                    .to_owned(),
+                d["spec"]["names"]["kind"].as_str().expect("kind").to_owned(),
                 d["spec"]["scope"].as_str().expect("scope").to_owned(),
             )
         })
@@ -68,10 +56,8 @@ fn ksync_crds_prints_all_six_kinds_in_the_kuvryn_category() {
         ("Repository", "Namespaced"),
         ("Revision", "Namespaced"),
     ];
-    let expected: Vec<(String, String)> = expected
-        .iter()
-        .map(|(k, s)| ((*k).to_owned(), (*s).to_owned()))
-        .collect();
+    let expected: Vec<(String, String)> =
+        expected.iter().map(|(k, s)| ((*k).to_owned(), (*s).to_owned())).collect();
     assert_eq!(kinds, expected);
     for doc in &docs {
         assert_eq!(doc["spec"]["group"], "sync.kuvryn.io");
@@ -80,6 +66,6 @@ fn ksync_crds_prints_all_six_kinds_in_the_kuvryn_category() {
     }
 }
 
-fn serde_yaml_ng(doc: &str) -> serde_json::Value {
+fn parse_yaml(doc: &str) -> serde_json::Value {
     serde_yaml::from_str(doc).expect("CRD YAML parses")
 }

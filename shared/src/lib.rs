@@ -3,3 +3,5 @@
 //! binaries and behind small traits.
 
 pub mod api;
+pub mod metrics;
+pub mod ops;

@@ -27,11 +27,7 @@ fn schema_of<K: CustomResourceExt>() -> Value {
 /// array `items`.
 fn node<'a>(schema: &'a Value, path: &str) -> &'a Value {
     path.split('.').fold(schema, |node, part| {
-        let node = if node["type"] == "array" {
-            &node["items"]
-        } else {
-            node
-        };
+        let node = if node["type"] == "array" { &node["items"] } else { node };
         let next = &node["properties"][part];
         assert!(!next.is_null(), "no property {part} in path {path}");
         next
@@ -41,55 +37,26 @@ fn node<'a>(schema: &'a Value, path: &str) -> &'a Value {
 #[test]
 fn documented_defaults_are_in_the_schema() {
     let repo = schema_of::<Repository>();
-    assert_eq!(
-        node(&repo, "spec.applicationConfigPaths")["default"],
-        json!([".ksync.yaml"])
-    );
+    assert_eq!(node(&repo, "spec.applicationConfigPaths")["default"], json!([".ksync.yaml"]));
     assert_eq!(node(&repo, "spec.type")["default"], "git");
-    for allowance in [
-        "allowAutomatic",
-        "allowPrune",
-        "allowAdopt",
-        "allowDeleteManagedResources",
-    ] {
-        assert_eq!(
-            node(&repo, &format!("spec.applicationPolicy.{allowance}"))["default"],
-            false
-        );
+    for allowance in ["allowAutomatic", "allowPrune", "allowAdopt", "allowDeleteManagedResources"] {
+        assert_eq!(node(&repo, &format!("spec.applicationPolicy.{allowance}"))["default"], false);
     }
 
     let app = schema_of::<Application>();
     assert_eq!(node(&app, "spec.sync.conflictPolicy")["default"], "fail");
     assert_eq!(node(&app, "spec.sync")["default"]["conflictPolicy"], "fail");
-    assert_eq!(
-        node(&app, "spec.strategy.failurePolicy.action")["default"],
-        "pause"
-    );
-    assert_eq!(
-        node(&app, "spec.strategy.failurePolicy.maxAttempts")["default"],
-        1
-    );
-    assert_eq!(
-        node(&app, "spec.strategy")["default"]["failurePolicy"]["maxAttempts"],
-        1
-    );
+    assert_eq!(node(&app, "spec.strategy.failurePolicy.action")["default"], "pause");
+    assert_eq!(node(&app, "spec.strategy.failurePolicy.maxAttempts")["default"], 1);
+    assert_eq!(node(&app, "spec.strategy")["default"]["failurePolicy"]["maxAttempts"], 1);
     assert_eq!(node(&app, "spec.strategy.type")["default"], "rolling");
     assert_eq!(node(&app, "spec.deletionPolicy")["default"], "Orphan");
-    assert_eq!(
-        node(&app, "spec.source.render.helm.releaseName")["default"],
-        "kuvryn-sync"
-    );
-    assert_eq!(
-        node(&app, "spec.source.render.helm.valuesFrom.key")["default"],
-        "values.yaml"
-    );
+    assert_eq!(node(&app, "spec.source.render.helm.releaseName")["default"], "kuvryn-sync");
+    assert_eq!(node(&app, "spec.source.render.helm.valuesFrom.key")["default"], "values.yaml");
 
     let image = schema_of::<ImagePolicy>();
     assert_eq!(node(&image, "spec.interval")["default"], "5m");
-    assert_eq!(
-        node(&image, "spec.policy.tagPattern.order")["default"],
-        "alphabetical"
-    );
+    assert_eq!(node(&image, "spec.policy.tagPattern.order")["default"], "alphabetical");
 }
 
 #[test]
@@ -103,29 +70,13 @@ fn closed_sets_are_enums() {
     let cases: Vec<(&Value, &str, Vec<&str>)> = vec![
         (&repo, "spec.type", vec!["git"]),
         (&repo, "status.state", vec!["Unknown", "Ready", "Failed"]),
-        (
-            &app,
-            "spec.source.render.type",
-            vec!["yaml", "kustomize", "helm"],
-        ),
+        (&app, "spec.source.render.type", vec!["yaml", "kustomize", "helm"]),
         (&app, "spec.sync.conflictPolicy", vec!["fail", "adopt"]),
-        (
-            &app,
-            "spec.deletionPolicy",
-            vec!["Orphan", "DeleteManagedResources"],
-        ),
+        (&app, "spec.deletionPolicy", vec!["Orphan", "DeleteManagedResources"]),
         (&app, "spec.strategy.type", vec!["rolling"]),
-        (
-            &app,
-            "spec.strategy.failurePolicy.action",
-            vec!["pause", "rollback"],
-        ),
+        (&app, "spec.strategy.failurePolicy.action", vec!["pause", "rollback"]),
         (&app, "spec.decryption.provider", vec!["sops"]),
-        (
-            &app,
-            "spec.source.render.helm.valuesFrom.kind",
-            vec!["ConfigMap", "Secret"],
-        ),
+        (&app, "spec.source.render.helm.valuesFrom.kind", vec!["ConfigMap", "Secret"]),
         (
             &app,
             "spec.notifications.events",
@@ -151,16 +102,8 @@ fn closed_sets_are_enums() {
             vec!["Healthy", "Suspended", "Progressing", "Unknown", "Degraded"],
         ),
         (&sink, "spec.type", vec!["webhook", "slack"]),
-        (
-            &hc,
-            "spec.rules.state",
-            vec!["Healthy", "Progressing", "Degraded"],
-        ),
-        (
-            &image,
-            "spec.policy.tagPattern.order",
-            vec!["alphabetical", "numerical"],
-        ),
+        (&hc, "spec.rules.state", vec!["Healthy", "Progressing", "Degraded"]),
+        (&image, "spec.policy.tagPattern.order", vec!["alphabetical", "numerical"]),
         (
             &rev,
             "status.phase",
@@ -180,11 +123,7 @@ fn closed_sets_are_enums() {
     ];
     for (schema, path, expected) in cases {
         let leaf = node(schema, path);
-        let leaf = if leaf["type"] == "array" {
-            &leaf["items"]
-        } else {
-            leaf
-        };
+        let leaf = if leaf["type"] == "array" { &leaf["items"] } else { leaf };
         let got: Vec<&str> = leaf["enum"]
             .as_array()
             .unwrap_or_else(|| panic!("{path} has no enum"))
@@ -203,14 +142,9 @@ fn helm_release_name_is_a_lowercase_dns_subdomain_of_at_most_53_characters() {
     assert_eq!(release["pattern"], RELEASE_NAME_PATTERN);
     let pattern = Regex::new(RELEASE_NAME_PATTERN).expect("pattern compiles");
     let ok = ["kuvryn-sync", "a", "web.v2", "x1-y2.z3", &"a".repeat(53)];
-    let bad = [
-        "Web", "-web", "web-", "web..v2", "web_v2", ".web", "web.", "", "wéb",
-    ];
+    let bad = ["Web", "-web", "web-", "web..v2", "web_v2", ".web", "web.", "", "wéb"];
     for name in ok {
-        assert!(
-            pattern.is_match(name) && name.len() <= 53,
-            "{name:?} should be accepted"
-        );
+        assert!(pattern.is_match(name) && name.len() <= 53, "{name:?} should be accepted");
     }
     for name in bad {
         assert!(!pattern.is_match(name), "{name:?} should be rejected");
@@ -253,9 +187,7 @@ fn image_policy_needs_exactly_one_of_semver_tag_pattern_or_digest() {
     for policy in bad {
         let errors = cel_errors(&schema, image_policy(policy.clone()));
         assert!(
-            errors
-                .iter()
-                .any(|e| e.contains("set exactly one of spec.policy.semver")),
+            errors.iter().any(|e| e.contains("set exactly one of spec.policy.semver")),
             "{policy} must be refused, got {errors:?}"
         );
     }
@@ -271,39 +203,20 @@ fn helm_app(repository: &str) -> Value {
 #[test]
 fn chart_repositories_must_be_https_or_oci() {
     let schema = schema_of::<Application>();
-    for ok in [
-        "https://charts.example.com",
-        "oci://registry.example.com/charts",
-    ] {
-        assert_eq!(
-            cel_errors(&schema, helm_app(ok)),
-            Vec::<String>::new(),
-            "{ok}"
-        );
+    for ok in ["https://charts.example.com", "oci://registry.example.com/charts"] {
+        assert_eq!(cel_errors(&schema, helm_app(ok)), Vec::<String>::new(), "{ok}");
     }
-    for bad in [
-        "http://charts.example.com",
-        "file:///etc",
-        "charts.example.com",
-        "s3://bucket",
-    ] {
+    for bad in ["http://charts.example.com", "file:///etc", "charts.example.com", "s3://bucket"] {
         let errors = cel_errors(&schema, helm_app(bad));
         assert!(
-            errors
-                .iter()
-                .any(|e| e.contains("https:// Helm repository or an oci://")),
+            errors.iter().any(|e| e.contains("https:// Helm repository or an oci://")),
             "{bad}: {errors:?}"
         );
     }
     let mut yaml_with_helm = helm_app("https://charts.example.com");
     yaml_with_helm["spec"]["source"]["render"]["type"] = json!("yaml");
     let errors = cel_errors(&schema, yaml_with_helm);
-    assert!(
-        errors
-            .iter()
-            .any(|e| e.contains("render.helm may only be set")),
-        "{errors:?}"
-    );
+    assert!(errors.iter().any(|e| e.contains("render.helm may only be set")), "{errors:?}");
 }
 
 #[test]
@@ -331,46 +244,29 @@ fn repository_urls_must_be_remote_git_urls() {
     ] {
         let errors = cel_errors(&schema, repo(bad));
         assert!(
-            errors
-                .iter()
-                .any(|e| e.contains("filesystem paths and file:// are not allowed")),
+            errors.iter().any(|e| e.contains("filesystem paths and file:// are not allowed")),
             "{bad}: {errors:?}"
         );
     }
     let no_git = json!({"apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
                         "metadata": {"name": "r"}, "spec": {"type": "git"}});
-    assert!(
-        cel_errors(&schema, no_git)
-            .iter()
-            .any(|e| e.contains("spec.git is required"))
-    );
+    assert!(cel_errors(&schema, no_git).iter().any(|e| e.contains("spec.git is required")));
 }
 
 #[test]
 fn status_subresource_on_every_kind_with_a_status() {
     for crd in crds() {
         let version = &crd.spec.versions[0];
-        let has_status = version
-            .subresources
-            .as_ref()
-            .and_then(|s| s.status.as_ref())
-            .is_some();
+        let has_status = version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some();
         let expected = crd.spec.names.kind != "NotificationSink";
-        assert_eq!(
-            has_status, expected,
-            "status subresource of {}",
-            crd.spec.names.kind
-        );
+        assert_eq!(has_status, expected, "status subresource of {}", crd.spec.names.kind);
     }
 }
 
 #[test]
 fn printer_columns_short_names_and_category() {
     let columns = |kind: &str| -> Vec<(String, String)> {
-        let crd = crds()
-            .into_iter()
-            .find(|c| c.spec.names.kind == kind)
-            .expect("crd");
+        let crd = crds().into_iter().find(|c| c.spec.names.kind == kind).expect("crd");
         crd.spec.versions[0]
             .additional_printer_columns
             .clone()
@@ -380,15 +276,9 @@ fn printer_columns_short_names_and_category() {
             .collect()
     };
     let names = |cols: Vec<(String, String)>| cols.into_iter().map(|c| c.0).collect::<Vec<_>>();
-    assert_eq!(
-        names(columns("Application")),
-        ["Sync", "Health", "Revision", "Ready", "Age"]
-    );
+    assert_eq!(names(columns("Application")), ["Sync", "Health", "Revision", "Ready", "Age"]);
     assert_eq!(names(columns("Repository")), ["State", "Revision", "Age"]);
-    assert_eq!(
-        names(columns("Revision")),
-        ["Application", "Phase", "Source", "Age"]
-    );
+    assert_eq!(names(columns("Revision")), ["Application", "Phase", "Source", "Age"]);
     assert!(names(columns("ImagePolicy")).starts_with(&["Image".to_owned(), "Ready".to_owned()]));
     assert!(names(columns("HealthCheck")).starts_with(&["Group".to_owned(), "Kind".to_owned()]));
     assert!(columns("Application").contains(&(
@@ -433,15 +323,9 @@ fn printer_columns_short_names_and_category() {
     ];
     let mut seen = std::collections::BTreeSet::new();
     for crd in crds() {
-        assert_eq!(
-            crd.spec.names.categories.as_deref(),
-            Some(&["kuvryn".to_owned()][..])
-        );
+        assert_eq!(crd.spec.names.categories.as_deref(), Some(&["kuvryn".to_owned()][..]));
         for short in crd.spec.names.short_names.clone().unwrap_or_default() {
-            assert!(
-                !taken.contains(&short.as_str()),
-                "{short} collides with another GitOps tool"
-            );
+            assert!(!taken.contains(&short.as_str()), "{short} collides with another GitOps tool");
             assert!(seen.insert(short.clone()), "{short} used twice");
         }
     }
@@ -461,13 +345,7 @@ fn an_application_with_an_invalid_release_name_still_decodes() {
     .expect("lenient decode");
     let helm = app.spec.source.render.helm.expect("helm");
     assert_eq!(helm.release_name, "Not_A_Valid.Name");
-    assert_eq!(
-        app.spec.sync.conflict_policy,
-        kuvryn_sync::api::ConflictPolicy::Fail
-    );
+    assert_eq!(app.spec.sync.conflict_policy, kuvryn_sync::api::ConflictPolicy::Fail);
     assert_eq!(app.spec.strategy.failure_policy.max_attempts, 1);
-    assert_eq!(
-        app.spec.deletion_policy,
-        kuvryn_sync::api::DeletionPolicy::Orphan
-    );
+    assert_eq!(app.spec.deletion_policy, kuvryn_sync::api::DeletionPolicy::Orphan);
 }

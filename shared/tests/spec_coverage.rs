@@ -15,34 +15,21 @@ fn reference() -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../shared/spec/kuvryn-sync-api-reference.txt");
     std::fs::read_to_string(&path).unwrap_or_else(|err| {
-        panic!(
-            "the API reference must be readable at {}: {err}",
-            path.display()
-        )
+        panic!("the API reference must be readable at {}: {err}", path.display())
     })
 }
 
 /// The rows of the tab-separated table that follows the line `heading`, without its header row.
 fn table(text: &str, heading: &str) -> Vec<Vec<String>> {
-    let mut lines = text
-        .lines()
-        .skip_while(|line| line.trim() != heading)
-        .skip(1);
+    let mut lines = text.lines().skip_while(|line| line.trim() != heading).skip(1);
     let rows: Vec<Vec<String>> = lines
         .by_ref()
         .skip_while(|line| !line.contains('\t'))
         .skip(1) // header row
         .take_while(|line| line.contains('\t'))
-        .map(|line| {
-            line.split('\t')
-                .map(|cell| cell.trim().to_owned())
-                .collect()
-        })
+        .map(|line| line.split('\t').map(|cell| cell.trim().to_owned()).collect())
         .collect();
-    assert!(
-        !rows.is_empty(),
-        "table under {heading:?} not found in the reference"
-    );
+    assert!(!rows.is_empty(), "table under {heading:?} not found in the reference");
     rows
 }
 
@@ -88,9 +75,7 @@ fn known_reasons() -> BTreeSet<String> {
 #[test]
 fn every_condition_type_and_reason_is_in_the_code() {
     let text = reference();
-    let types: BTreeSet<String> = ConditionType::iter()
-        .map(|t| t.as_str().to_owned())
-        .collect();
+    let types: BTreeSet<String> = ConditionType::iter().map(|t| t.as_str().to_owned()).collect();
     let reasons = known_reasons();
     let mut missing = Vec::new();
     for row in table(&text, "Conditions") {
@@ -113,32 +98,16 @@ fn every_condition_type_and_reason_is_in_the_code() {
 #[test]
 fn every_failure_reason_is_in_the_code() {
     let text = reference();
-    let code: BTreeSet<String> = FailureReason::iter()
-        .map(|r| r.as_str().to_owned())
-        .collect();
+    let code: BTreeSet<String> = FailureReason::iter().map(|r| r.as_str().to_owned()).collect();
     let spec: BTreeSet<String> = table(&text, "Failure reasons")
         .iter()
-        .flat_map(|row| {
-            row[0]
-                .split(',')
-                .map(|r| r.trim().to_owned())
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|row| row[0].split(',').map(|r| r.trim().to_owned()).collect::<Vec<_>>())
         .collect();
-    assert!(
-        spec.len() >= 17,
-        "expected at least 17 failure reasons, parsed {spec:?}"
-    );
+    assert!(spec.len() >= 17, "expected at least 17 failure reasons, parsed {spec:?}");
     let missing: Vec<_> = spec.difference(&code).collect();
-    assert!(
-        missing.is_empty(),
-        "failure reasons missing from FailureReason: {missing:?}"
-    );
+    assert!(missing.is_empty(), "failure reasons missing from FailureReason: {missing:?}");
     let extra: Vec<_> = code.difference(&spec).collect();
-    assert!(
-        extra.is_empty(),
-        "FailureReason has reasons the reference does not: {extra:?}"
-    );
+    assert!(extra.is_empty(), "FailureReason has reasons the reference does not: {extra:?}");
 }
 
 #[test]
@@ -167,18 +136,12 @@ fn every_event_reason_and_type_is_in_the_code() {
                     "both" => true,
                     expected => actual == expected,
                 };
-                assert!(
-                    ok,
-                    "Event {reason} must be {event_type}, code says {actual}"
-                );
+                assert!(ok, "Event {reason} must be {event_type}, code says {actual}");
             }
         }
     }
     assert!(rows >= 24, "parsed only {rows} Event reasons");
-    assert!(
-        missing.is_empty(),
-        "Event reasons missing from EventReason: {missing:?}"
-    );
+    assert!(missing.is_empty(), "Event reasons missing from EventReason: {missing:?}");
 }
 
 #[test]
@@ -203,20 +166,15 @@ fn every_label_and_annotation_key_is_in_the_code() {
             );
         }
     }
-    assert!(
-        missing.is_empty(),
-        "label/annotation keys missing from api::keys: {missing:?}"
-    );
+    assert!(missing.is_empty(), "label/annotation keys missing from api::keys: {missing:?}");
 }
 
 #[test]
 fn the_table_parser_sees_a_name_that_is_missing() {
     // The checks above are only as good as the parser: a made-up row must be caught.
     let text = "Failure reasons\n\nReason\tMeaning\nSourceFailure\tx\nMadeUpFailure\ty\n\nNext";
-    let spec: Vec<String> = table(text, "Failure reasons")
-        .into_iter()
-        .map(|r| r[0].clone())
-        .collect();
+    let spec: Vec<String> =
+        table(text, "Failure reasons").into_iter().map(|r| r[0].clone()).collect();
     assert_eq!(spec, vec!["SourceFailure", "MadeUpFailure"]);
     assert!(FailureReason::iter().all(|r| r.as_str() != "MadeUpFailure"));
     assert!(names_in("True with Healthy; False with MadeUpReason").contains("MadeUpReason"));

@@ -51,11 +51,7 @@ pub const RELEASE_NAME_PATTERN: &str =
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     doc = "Application is the main deployment abstraction."
 )]
 #[serde(rename_all = "camelCase")]
@@ -364,9 +360,7 @@ pub struct History {
 
 impl Default for History {
     fn default() -> Self {
-        History {
-            limit: DEFAULT_HISTORY_LIMIT,
-        }
+        History { limit: DEFAULT_HISTORY_LIMIT }
     }
 }
 

@@ -17,11 +17,7 @@ use super::common::Conditions;
     category = "kuvryn",
     printcolumn(name = "Group", type_ = "string", json_path = ".spec.group"),
     printcolumn(name = "Kind", type_ = "string", json_path = ".spec.kind"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     doc = "HealthCheck is a cluster-scoped set of CEL rules that decides the health of one kind."
 )]
 #[serde(rename_all = "camelCase")]

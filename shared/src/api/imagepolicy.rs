@@ -30,11 +30,7 @@ fn default_interval() -> String {
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     doc = "ImagePolicy scans an image repository and selects the image to run."
 )]
 #[serde(rename_all = "camelCase")]

@@ -1,6 +1,10 @@
 //! The `sync.kuvryn.io/v1alpha1` API: the six kinds, their names, and the CRDs generated from
 //! them.
 
+// kube-derive's `printcolumn(name = …, type_ = …)` repeats key names across columns, which
+// clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod application;
 pub mod common;
 pub mod healthcheck;

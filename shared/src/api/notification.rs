@@ -17,11 +17,7 @@ use super::common::LocalObjectReference;
     shortname = "kssink",
     category = "kuvryn",
     printcolumn(name = "Type", type_ = "string", json_path = ".spec.type"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     doc = "NotificationSink is a namespaced destination for Application lifecycle notifications."
 )]
 #[serde(rename_all = "camelCase")]

@@ -25,16 +25,8 @@ fn default_application_config_paths() -> Vec<String> {
     shortname = "ksrepo",
     category = "kuvryn",
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
-    printcolumn(
-        name = "Revision",
-        type_ = "string",
-        json_path = ".status.observedRevision"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
+    printcolumn(name = "Revision", type_ = "string", json_path = ".status.observedRevision"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     doc = "Repository describes a desired-state source."
 )]
 #[x_kube(validation = Rule::new("self.type != 'git' || has(self.git)").message("spec.git is required when spec.type is git"))]

@@ -24,18 +24,10 @@ pub const MAX_HOOKS: usize = 64;
     status = "RevisionStatus",
     shortname = "ksrev",
     category = "kuvryn",
-    printcolumn(
-        name = "Application",
-        type_ = "string",
-        json_path = ".spec.applicationRef.name"
-    ),
+    printcolumn(name = "Application", type_ = "string", json_path = ".spec.applicationRef.name"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
     printcolumn(name = "Source", type_ = "string", json_path = ".spec.source.revision"),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
     doc = "Revision records an auditable deployment attempt."
 )]
 #[serde(rename_all = "camelCase")]
