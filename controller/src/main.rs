@@ -9,14 +9,20 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod repository;
+
+use std::sync::Arc;
+
 use anyhow::Context;
 use clap::Parser;
 use kube::api::{Api, ListParams};
+use kube::runtime::events::Reporter;
 use kuvryn_sync::api::{
     Application, HealthCheck, ImagePolicy, NotificationSink, Repository, Revision,
 };
 use kuvryn_sync::metrics::ControllerMetrics;
 use kuvryn_sync::ops::{self, LogFormat, Readiness};
+use kuvryn_sync::source::git::GitCache;
 use prometheus_client::registry::Registry;
 
 /// Kuvryn Sync controller.
@@ -36,6 +42,15 @@ struct Args {
     /// fail with ServiceAccountRequired.
     #[arg(long, value_name = "NAME")]
     default_service_account: Option<String>,
+    /// Poll interval of Repositories without spec.pollInterval.
+    #[arg(long, default_value = "60s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    default_poll_interval: Duration,
+    /// Upper bound for one Git remote interaction (ref listing, fetch).
+    #[arg(long, default_value = "60s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    git_timeout: Duration,
+    /// Largest size of the Git cache under --cache-dir; least recently used data is evicted.
+    #[arg(long, default_value_t = 2 * 1024 * 1024 * 1024, value_name = "BYTES")]
+    git_cache_max_bytes: u64,
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -66,12 +81,34 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client from the in-cluster config or KUBECONFIG")?;
+    let cache = GitCache::new(args.cache_dir.join("git"), args.git_cache_max_bytes)
+        .with_context(|| format!("cannot use the Git cache under {}", args.cache_dir.display()))?;
+    let repositories = Arc::new(repository::RepositoryContext {
+        client: client.clone(),
+        cache: Arc::new(cache),
+        reporter: Reporter {
+            controller: "kuvryn-sync-controller".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+        default_poll_interval: args.default_poll_interval,
+        git_timeout: args.git_timeout,
+    });
     tokio::spawn(wait_for_crds(client, readiness));
+    let controllers_stop = tokio_util::sync::CancellationToken::new();
+    let repository_controller =
+        tokio::spawn(repository::run(repositories, controllers_stop.clone().cancelled_owned()));
     stop.await;
+    controllers_stop.cancel();
     ops_stop.cancel();
+    repository_controller.await.context("repository controller task")?;
     ops_server.await.context("ops server task")?.context("ops server")?;
     tracing::info!("controller stopped");
     Ok(())
+}
+
+fn parse_duration_arg(text: &str) -> Result<Duration, String> {
+    repository::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration like 60s, 5m or 1h30m"))
 }
 
 fn install_crypto_provider() {

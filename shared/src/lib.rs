@@ -3,5 +3,9 @@
 //! binaries and behind small traits.
 
 pub mod api;
+pub mod conditions;
 pub mod metrics;
 pub mod ops;
+pub mod redact;
+pub mod repository;
+pub mod source;

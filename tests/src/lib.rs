@@ -1,3 +1,4 @@
 //! Shared helpers for the end-to-end tests.
 
 pub mod helm;
+pub mod servers;

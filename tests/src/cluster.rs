@@ -1,0 +1,161 @@
+//! A Kubernetes API for end-to-end tests: an in-process `ksync-sandbox` by default, or a real
+//! cluster when `KSYNC_E2E_KUBECONFIG` names a kubeconfig. Installs our CRDs, gives each test its
+//! own namespace, starts the controller binary against it, and waits on conditions with
+//! deadlines.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use ksync_sandbox::{Sandbox, SandboxOptions};
+
+/// Environment variable naming a real cluster's kubeconfig to run the e2e suite against.
+pub const REAL_CLUSTER_ENV: &str = "KSYNC_E2E_KUBECONFIG";
+
+/// The API server the tests talk to.
+#[derive(Debug)]
+pub struct TestCluster {
+    _sandbox: Option<Sandbox>,
+    kubeconfig: PathBuf,
+    client: kube::Client,
+}
+
+impl TestCluster {
+    /// Start a sandbox (or connect to `KSYNC_E2E_KUBECONFIG`) and install the CRDs.
+    pub async fn start() -> Result<Self> {
+        let (sandbox, kubeconfig) = match std::env::var_os(REAL_CLUSTER_ENV) {
+            Some(path) => (None, PathBuf::from(path)),
+            None => {
+                let sandbox = Sandbox::start(SandboxOptions::default()).await?;
+                let path = sandbox.kubeconfig_path().to_owned();
+                (Some(sandbox), path)
+            }
+        };
+        let kc = kube::config::Kubeconfig::read_from(&kubeconfig)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+        let client = kube::Client::try_from(config)?;
+        let cluster = TestCluster { _sandbox: sandbox, kubeconfig, client };
+        cluster.install_crds().await?;
+        Ok(cluster)
+    }
+
+    /// An admin client.
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// The kubeconfig file for child processes (`KUBECONFIG`, `kubectl --kubeconfig`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Server-side apply every Kuvryn Sync CRD and wait until each is Established.
+    pub async fn install_crds(&self) -> Result<()> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let params = PatchParams::apply("kuvryn-sync-tests").force();
+        for crd in kuvryn_sync::api::crds() {
+            let name = crd.metadata.name.clone().context("CRD name")?;
+            api.patch(&name, &params, &Patch::Apply(&crd)).await.with_context(|| format!("apply CRD {name}"))?;
+            tokio::time::timeout(Duration::from_secs(30), await_condition(api.clone(), &name, conditions::is_crd_established()))
+                .await
+                .with_context(|| format!("CRD {name} not Established within 30s"))??;
+        }
+        Ok(())
+    }
+
+    /// Create a fresh namespace named `<prefix>-<random>`.
+    pub async fn namespace(&self, prefix: &str) -> Result<String> {
+        let name = format!("{prefix}-{}", random_suffix());
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
+        }))?;
+        api.create(&PostParams::default(), &ns).await.with_context(|| format!("create namespace {name}"))?;
+        Ok(name)
+    }
+}
+
+fn random_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{:x}{:x}", std::process::id() ^ nanos, COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Poll `check` until it returns `Some` or `deadline` passes; the error says what was awaited
+/// and the last observation.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(Option<T>, String)>>,
+{
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        match check().await {
+            Ok((Some(value), _)) => return Ok(value),
+            Ok((None, observed)) => last = observed,
+            Err(err) => last = format!("error: {err:#}"),
+        }
+        if start.elapsed() > deadline {
+            bail!("timed out after {deadline:?} waiting for {what}; last observed: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// The path of a workspace binary built by `cargo build` (the test script builds them all).
+pub fn workspace_binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    // target/debug/deps/<test> → target/debug/<name>
+    let dir = exe.parent().and_then(Path::parent).context("test executable location")?;
+    let path = dir.join(name);
+    if !path.exists() {
+        bail!("{} is missing: run `cargo build --workspace` first", path.display());
+    }
+    Ok(path)
+}
+
+/// A running `kuvryn-sync-controller`, killed on drop.
+#[derive(Debug)]
+pub struct ControllerProcess {
+    child: Child,
+    _cache: tempfile::TempDir,
+}
+
+impl ControllerProcess {
+    /// Start the controller against `cluster` with extra flags.
+    pub fn start(cluster: &TestCluster, extra_args: &[&str]) -> Result<Self> {
+        let cache = tempfile::tempdir()?;
+        let child = Command::new(workspace_binary("kuvryn-sync-controller")?)
+            .env("KUBECONFIG", cluster.kubeconfig())
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .args(["--metrics-bind-address", "127.0.0.1:0", "--leader-election-namespace", "default"])
+            .arg("--cache-dir")
+            .arg(cache.path())
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("start kuvryn-sync-controller")?;
+        Ok(ControllerProcess { child, _cache: cache })
+    }
+}
+
+impl Drop for ControllerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
