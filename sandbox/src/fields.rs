@@ -59,7 +59,9 @@ fn flatten(
         Value::Object(m) => {
             let kind = node.obj_kind();
             if kind == ObjKind::Atomic || m.is_empty() {
-                out.insert(path.clone(), Some(v.clone()));
+                if !path.is_empty() {
+                    out.insert(path.clone(), Some(v.clone()));
+                }
                 return;
             }
             if !path.is_empty() && !path.last().is_some_and(|l| l.starts_with("k:")) {
@@ -175,7 +177,11 @@ pub fn update_diff(
         .filter(|(p, v)| o.get(*p) != Some(*v))
         .map(|(p, _)| p.clone())
         .collect();
-    let removed: FieldSet = o.keys().filter(|p| !n.contains_key(*p)).cloned().collect();
+    let removed: FieldSet = o
+        .keys()
+        .filter(|p| !n.contains_key(*p) && !n.keys().any(|q| q.starts_with(p)))
+        .cloned()
+        .collect();
     (
         filter_sub(changed, status_only),
         filter_sub(removed, status_only),

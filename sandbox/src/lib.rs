@@ -6,6 +6,7 @@
 
 pub mod builtin;
 pub mod fields;
+pub mod openapi;
 pub mod resources;
 pub mod schema;
 pub mod selector;

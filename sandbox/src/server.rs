@@ -161,6 +161,18 @@ async fn route(
             }
         }
         ["apis", g, v] => Ok(json_response(200, &resource_list(&app.store, g, v)?)),
+        ["openapi", "v3"] => Ok(json_response(
+            200,
+            &crate::openapi::root(&app.store.resources()),
+        )),
+        ["openapi", "v3", "api", v] => crate::openapi::gv_document(&app.store.resources(), "", v)
+            .map(|d| json_response(200, &d))
+            .ok_or_else(ApiError::path_not_found),
+        ["openapi", "v3", "apis", g, v] => {
+            crate::openapi::gv_document(&app.store.resources(), g, v)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(ApiError::path_not_found)
+        }
         ["api", "v1", rest @ ..] => {
             resource_request(app, method, "", "v1", rest, q, headers, body, &user).await
         }
@@ -329,6 +341,47 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     }
 }
 
+/// `fieldValidation` (<https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation>):
+/// Strict fails with kube-apiserver's strict decoding error, Warn (the default) returns warnings.
+fn field_validation(ri: &ResourceInfo, obj: &Value, q: &Query) -> ApiResult<Vec<String>> {
+    let mode = q
+        .get("fieldValidation")
+        .map(String::as_str)
+        .unwrap_or("Warn");
+    if mode == "Ignore" || ri.custom {
+        return Ok(vec![]);
+    }
+    let mut unknown = vec![];
+    crate::openapi::unknown_fields(obj, store::schema_node(ri), "", &mut unknown);
+    if unknown.is_empty() {
+        return Ok(vec![]);
+    }
+    let msgs: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    if mode == "Strict" {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            ri.kind,
+            ri.api_version(),
+            ri.kind,
+            msgs.join(", ")
+        )));
+    }
+    Ok(msgs)
+}
+
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let v = format!("299 - {:?}", w);
+        if let Ok(h) = axum::http::HeaderValue::from_str(&v) {
+            r.headers_mut().append(header::WARNING, h);
+        }
+    }
+    r
+}
+
 /// Objects served at the version the client asked for (no conversion: same schema).
 fn at_version(ri: &ResourceInfo, v: &Value) -> Value {
     let mut o = v.clone();
@@ -406,9 +459,10 @@ async fn resource_request(
         (Method::POST, None) => {
             let o = write_opts(q, headers)?;
             let obj = decode_body(headers, &body)?;
+            let warnings = field_validation(ri, &obj, q)?;
             let p = store.prepare_create(ri, &ns, obj, &o)?;
             let created = store.commit(p, o.dry_run)?;
-            Ok(json_response(201, &created))
+            Ok(with_warnings(json_response(201, &created), &warnings))
         }
         (Method::PUT, Some(name)) => {
             let o = write_opts(q, headers)?;
@@ -433,9 +487,10 @@ async fn resource_request(
                 let done = store.commit(p, o.dry_run)?;
                 return Ok(json_response(200, &scale_of(ri, &done)));
             }
+            let warnings = field_validation(ri, &obj, q)?;
             let p = store.prepare_update(ri, &ns, name, obj, &t.sub, &o)?;
             let updated = store.commit(p, o.dry_run)?;
-            Ok(json_response(200, &updated))
+            Ok(with_warnings(json_response(200, &updated), &warnings))
         }
         (Method::PATCH, Some(name)) => {
             let o = write_opts(q, headers)?;
@@ -472,12 +527,23 @@ async fn resource_request(
                 return Ok(json_response(200, &scale_of(ri, &done)));
             }
             // Patches are retried on conflicts with concurrent writers, as kube-apiserver does.
+            let mut warnings = vec![];
+            if ct.starts_with("application/apply-patch") {
+                let applied: Value = serde_yaml::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+                warnings = field_validation(ri, &applied, q)?;
+            }
             let mut last = None;
             for _ in 0..5 {
                 let p = store.prepare_patch(ri, &ns, name, &ct, &body, &t.sub, &o)?;
                 let created = p.old.is_none();
                 match store.commit(p, o.dry_run) {
-                    Ok(v) => return Ok(json_response(if created { 201 } else { 200 }, &v)),
+                    Ok(v) => {
+                        return Ok(with_warnings(
+                            json_response(if created { 201 } else { 200 }, &v),
+                            &warnings,
+                        ));
+                    }
                     Err(e) if e.code == 409 && e.reason == "Conflict" => last = Some(e),
                     Err(e) => return Err(e),
                 }

@@ -1124,6 +1124,19 @@ impl Store {
             .iter()
             .map(|(_, o)| (meta_str(o, "uid"), o))
             .collect();
+        // owner uid -> dependents, built once per pass.
+        let mut by_owner: HashMap<&str, Vec<&(ResourceInfo, Arc<Value>)>> = HashMap::new();
+        for entry in &snapshot {
+            let refs = entry
+                .1
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array);
+            for r in refs.into_iter().flatten() {
+                if let Some(u) = r["uid"].as_str() {
+                    by_owner.entry(u).or_default().push(entry);
+                }
+            }
+        }
         let mut changed = false;
         let gc = WriteOpts {
             field_manager: "kube-controller-manager".into(),
@@ -1188,14 +1201,11 @@ impl Store {
                 .flatten()
                 .filter_map(Value::as_str)
                 .collect();
-            let dependents: Vec<&(ResourceInfo, Arc<Value>)> = snapshot
-                .iter()
-                .filter(|(_, d)| {
-                    d.pointer("/metadata/ownerReferences")
-                        .and_then(Value::as_array)
-                        .is_some_and(|rs| rs.iter().any(|r| r["uid"] == uid))
-                })
-                .collect();
+            if !deleting && o.pointer("/metadata/ownerReferences").is_none() {
+                continue;
+            }
+            let dependents: Vec<&(ResourceInfo, Arc<Value>)> =
+                by_owner.get(uid).cloned().unwrap_or_default();
             if deleting && fins.contains(&"orphan") {
                 for (dri, d) in &dependents {
                     let mut nd = (**d).clone();
