@@ -576,14 +576,19 @@ pub fn apply(
         .difference(&new_set)
         .filter(|p| !others.contains(*p))
         .collect();
-    // Deepest first so list items go after their fields.
-    dropped.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    // Shallowest first: removing a list item or map removes what is under it.
+    dropped.sort_by_key(|p| p.len());
+    let mut removed: Vec<&Path> = vec![];
     for p in dropped {
         // A parent still (partly) owned by someone else stays.
         if others.iter().any(|o| o.starts_with(p)) || new_set.iter().any(|o| o.starts_with(p)) {
             continue;
         }
+        if removed.iter().any(|r| p.starts_with(r)) {
+            continue;
+        }
         remove_at(&mut merged, p);
+        removed.push(p);
     }
     match entries.iter_mut().find(|e| me(e)) {
         Some(e) => {

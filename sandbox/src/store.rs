@@ -548,6 +548,7 @@ impl Store {
         obj["apiVersion"] = json!(ri.api_version());
         obj["kind"] = json!(ri.kind);
         let ts = now();
+        let mut client_mf: Option<Value> = None;
         {
             let om = old["metadata"].as_object().cloned().unwrap_or_default();
             let m = obj["metadata"]
@@ -569,7 +570,23 @@ impl Store {
                 };
             }
             if applied.is_none() {
-                // Clients may not set managedFields through ordinary writes here; the server tracks them.
+                // A client that changes managedFields replaces them (`[{}]` or `[]` resets them),
+                // as kube-apiserver allows; otherwise the server's bookkeeping stands
+                // (https://kubernetes.io/docs/reference/using-api/server-side-apply/#clearing-managedfields).
+                let sent = m.get("managedFields").cloned();
+                match (sent, om.get("managedFields")) {
+                    (Some(sent), old_mf) if Some(&sent) != old_mf => {
+                        let valid: Vec<Value> = sent
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter(|e| e.get("manager").is_some())
+                            .cloned()
+                            .collect();
+                        client_mf = Some(Value::Array(valid));
+                    }
+                    _ => {}
+                }
                 match om.get("managedFields") {
                     Some(v) => m.insert("managedFields".into(), v.clone()),
                     None => m.remove("managedFields"),
@@ -645,7 +662,14 @@ impl Store {
             custom: ri.custom,
         };
         if applied.is_none() {
-            fields::record_update(Some(&old), &mut obj, schema_node(ri), &who)
+            match client_mf {
+                Some(mf) => {
+                    let mut base = (*old).clone();
+                    base["metadata"]["managedFields"] = mf;
+                    fields::record_update(Some(&base), &mut obj, schema_node(ri), &who);
+                }
+                None => fields::record_update(Some(&old), &mut obj, schema_node(ri), &who),
+            }
         }
         let key = obj_key(ns_of(&old), name_of(&old));
         Ok(Pending {
