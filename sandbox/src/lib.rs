@@ -7,6 +7,7 @@
 pub mod builtin;
 pub mod fields;
 pub mod openapi;
+pub mod protobuf;
 pub mod resources;
 pub mod schema;
 pub mod selector;

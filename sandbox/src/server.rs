@@ -335,6 +335,7 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     match ct {
         "application/json" | "" => serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding JSON: {e}"))),
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body),
         "application/yaml" => serde_yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}"))),
         other => Err(ApiError::unsupported_media_type(other)),
