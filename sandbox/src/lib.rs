@@ -15,6 +15,7 @@ pub mod server;
 pub mod smp;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod tls;
 
 use anyhow::Context;

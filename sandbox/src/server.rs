@@ -342,6 +342,22 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     }
 }
 
+/// `Some(includeObject)` when the client asked for a Table (`Accept: ...;as=Table;...`).
+fn table_request(headers: &HeaderMap, q: &Query) -> Option<String> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !crate::table::wants_table(accept) {
+        return None;
+    }
+    Some(
+        q.get("includeObject")
+            .cloned()
+            .unwrap_or_else(|| "Metadata".into()),
+    )
+}
+
 /// `fieldValidation` (<https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation>):
 /// Strict fails with kube-apiserver's strict decoding error, Warn (the default) returns warnings.
 fn field_validation(ri: &ResourceInfo, obj: &Value, q: &Query) -> ApiResult<Vec<String>> {
@@ -425,7 +441,8 @@ async fn resource_request(
                 &allowed,
             )?;
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-                return watch(app, ri.clone(), t.ns.clone(), labels, fsel, q);
+                let table = table_request(headers, q);
+                return watch(app, ri.clone(), t.ns.clone(), labels, fsel, q, table);
             }
             let limit = q
                 .get("limit")
@@ -447,6 +464,10 @@ async fn resource_request(
                 meta["remainingItemCount"] = json!(r);
             }
             let items: Vec<Value> = items.iter().map(|o| at_version(ri, o)).collect();
+            if let Some(include) = table_request(headers, q) {
+                let t = crate::table::table(ri, &items, meta, &include, true);
+                return Ok(json_response(200, &t));
+            }
             let list = json!({"kind": format!("{}List", ri.kind), "apiVersion": ri.api_version(), "metadata": meta, "items": items});
             Ok(json_response(200, &list))
         }
@@ -454,6 +475,11 @@ async fn resource_request(
             let o = store.get(ri, &ns, name)?;
             if t.sub == "scale" {
                 return Ok(json_response(200, &scale_of(ri, &o)));
+            }
+            if let Some(include) = table_request(headers, q) {
+                let meta = json!({"resourceVersion": store::rv_of(&o)});
+                let t = crate::table::table(ri, &[at_version(ri, &o)], meta, &include, true);
+                return Ok(json_response(200, &t));
             }
             Ok(json_response(200, &at_version(ri, &o)))
         }
@@ -677,6 +703,7 @@ fn watch(
     labels: LabelSelector,
     fsel: FieldSelector,
     q: &Query,
+    table: Option<String>,
 ) -> ApiResult<Response> {
     let store = app.store.clone();
     let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
@@ -712,6 +739,24 @@ fn watch(
         }
     };
     let mut expire = store.expire_watches.subscribe();
+    // Table watches: one-row Tables, column definitions only in the first event (as kube-apiserver).
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let ri_t = ri.clone();
+    let present = move |o: &Value| -> Value {
+        match &table {
+            None => o.clone(),
+            Some(include) => {
+                let cols = first.swap(false, std::sync::atomic::Ordering::Relaxed);
+                let meta = json!({"resourceVersion": store::rv_of(o)});
+                let mut t =
+                    crate::table::table(&ri_t, std::slice::from_ref(o), meta, include, cols);
+                if !cols && let Some(m) = t.as_object_mut() {
+                    m.remove("columnDefinitions");
+                }
+                t
+            }
+        }
+    };
     let kind = ri.kind.clone();
     let api_version = ri.api_version();
     let stream = async_stream::stream! {
@@ -723,7 +768,7 @@ fn watch(
         let mut last = start_rv;
         for o in &initial {
             if matches(o) {
-                yield Ok(watch_line("ADDED", &at_version(&ri, o)));
+                yield Ok(watch_line("ADDED", &present(&at_version(&ri, o))));
             }
         }
         if initial_events {
@@ -742,7 +787,7 @@ fn watch(
                 (EventType::Modified, false, Some(true)) => "DELETED",
                 _ => return None,
             };
-            Some(watch_line(t, &at_version(&ri, &ev.obj)))
+            Some(watch_line(t, &present(&at_version(&ri, &ev.obj))))
         };
         for ev in &replay {
             last = last.max(ev.rv);

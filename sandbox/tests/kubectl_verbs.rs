@@ -531,3 +531,134 @@ async fn typed_create_commands_send_protobuf() {
         serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"})
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_prints_server_side_tables_and_watches() {
+    use tokio::io::AsyncBufReadExt;
+    let sb = common::sandbox().await;
+    kubectl_ok(
+        &sb,
+        &[
+            "create",
+            "configmap",
+            "a",
+            "--from-literal=x=1",
+            "--from-literal=y=2",
+        ],
+    )
+    .await;
+    kubectl_ok(
+        &sb,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=nginx:1.27",
+            "--replicas=3",
+        ],
+    )
+    .await;
+    let out = kubectl_ok(&sb, &["get", "cm"]).await;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], vec!["NAME", "DATA", "AGE"]);
+    assert_eq!(&lines[1][..2], &["a", "2"]);
+    let out = kubectl_ok(&sb, &["get", "deploy"]).await;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        vec!["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    );
+    assert_eq!(&lines[1][..4], &["web", "0/3", "0", "0"]);
+    let out = kubectl_ok(&sb, &["get", "cm", "-A", "--show-labels"]).await;
+    assert!(
+        out.lines()
+            .next()
+            .is_some_and(|h| h.split_whitespace().collect::<Vec<_>>()
+                == ["NAMESPACE", "NAME", "DATA", "AGE", "LABELS"]),
+        "{out}"
+    );
+    // CRD printer columns.
+    kubectl_stdin_ok(&sb, &["apply", "-f", "-"], CRD).await;
+    kubectl_ok(
+        &sb,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=20s",
+        ],
+    )
+    .await;
+    kubectl_stdin_ok(
+        &sb,
+        &["apply", "-f", "-"],
+        "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1}\nspec: {size: 7}\n",
+    )
+    .await;
+    let out = kubectl_ok(&sb, &["get", "widgets"]).await;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines, vec![vec!["NAME", "SIZE"], vec!["w1", "7"]]);
+
+    // get -w: a Table watch; the new object appears as a row.
+    let mut child = tokio::process::Command::new(common::KUBECTL)
+        .arg("--kubeconfig")
+        .arg(sb.kubeconfig_path())
+        .args(["get", "cm", "-w", "--request-timeout=30s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("kubectl get -w");
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let header = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+        .await
+        .expect("header in time")
+        .expect("read")
+        .expect("line");
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["NAME", "DATA", "AGE"]
+    );
+    kubectl_ok(&sb, &["create", "configmap", "watched"]).await;
+    let found = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            if l.starts_with("watched ") {
+                return l;
+            }
+        }
+        String::new()
+    })
+    .await
+    .expect("watch row in time");
+    assert_eq!(
+        found.split_whitespace().take(2).collect::<Vec<_>>(),
+        ["watched", "0"]
+    );
+    child.kill().await.expect("stop kubectl");
+
+    // -o json watch gets plain watch events.
+    let out = kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "cm",
+            "a",
+            "-w",
+            "-o",
+            "json",
+            "--output-watch-events",
+            "--request-timeout=2s",
+        ],
+    )
+    .await;
+    assert!(out.contains("\"type\":\"ADDED\""), "{out}");
+}
