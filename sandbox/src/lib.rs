@@ -4,6 +4,7 @@
 //! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses
 //! (DESIGN §5, issue 3).
 
+pub mod authz;
 pub mod builtin;
 pub mod fields;
 pub mod openapi;

@@ -134,7 +134,7 @@ async fn route(
         return Ok((StatusCode::OK, "ok").into_response());
     }
     let user = authenticate(app, headers)?;
-    let _ = &user;
+    let user = crate::authz::impersonate(&app.store, user, headers)?;
     match segs.as_slice() {
         ["version"] => Ok(json_response(200, &version())),
         ["api"] => Ok(json_response(
@@ -424,7 +424,40 @@ async fn resource_request(
     let store = &app.store;
     let ns = t.ns.clone().unwrap_or_default();
     let ri = &t.ri;
-    let _ = user;
+    // Authorization (RBAC) with the request's attributes.
+    let verb = match (method.clone(), &t.name) {
+        (Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => "watch",
+        (Method::GET, None) => "list",
+        (Method::GET, Some(_)) => "get",
+        (Method::POST, _) => "create",
+        (Method::PUT, _) => "update",
+        (Method::PATCH, _) => "patch",
+        (Method::DELETE, None) => "deletecollection",
+        (Method::DELETE, Some(_)) => "delete",
+        _ => "",
+    };
+    let attrs = crate::authz::Attributes {
+        verb: verb.to_string(),
+        group: ri.group.clone(),
+        resource: ri.plural.clone(),
+        subresource: t.sub.clone(),
+        namespace: ns.clone(),
+        name: t.name.clone().unwrap_or_default(),
+        path: None,
+    };
+    if let Err(reason) = crate::authz::authorize(store, user, &attrs) {
+        return Err(crate::authz::forbidden(user, &attrs, &reason));
+    }
+    if ri.create_only {
+        if *method != Method::POST || t.name.is_some() {
+            return Err(ApiError::method_not_allowed());
+        }
+        let body = decode_body(headers, &body)?;
+        let mut out = crate::authz::review(store, user, &ri.plural, body)?;
+        out["apiVersion"] = json!(ri.api_version());
+        out["kind"] = json!(ri.kind);
+        return Ok(json_response(201, &out));
+    }
     match (method.clone(), &t.name) {
         (Method::GET, None) => {
             let labels = LabelSelector::parse(

@@ -206,7 +206,97 @@ impl Store {
                 let _ = store.commit(p, false);
             }
         }
+        store.bootstrap_rbac();
         store
+    }
+
+    /// The bootstrap ClusterRoles kube-apiserver creates that tests bind to
+    /// (<https://kubernetes.io/docs/reference/access-authn-authz/rbac/#user-facing-roles>).
+    fn bootstrap_rbac(&self) {
+        let read = ["get", "list", "watch"];
+        let write = ["create", "delete", "deletecollection", "patch", "update"];
+        let core = [
+            "configmaps",
+            "endpoints",
+            "persistentvolumeclaims",
+            "pods",
+            "pods/log",
+            "pods/status",
+            "replicationcontrollers",
+            "services",
+            "serviceaccounts",
+            "events",
+            "limitranges",
+            "resourcequotas",
+        ];
+        let apps = [
+            "deployments",
+            "deployments/scale",
+            "replicasets",
+            "replicasets/scale",
+            "statefulsets",
+            "statefulsets/scale",
+            "daemonsets",
+            "controllerrevisions",
+        ];
+        let batch = ["jobs", "cronjobs"];
+        let net = ["ingresses", "networkpolicies"];
+        let rules = |verbs: &[&str]| {
+            json!([
+                {"apiGroups": [""], "resources": core, "verbs": verbs},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": read},
+                {"apiGroups": ["apps"], "resources": apps, "verbs": verbs},
+                {"apiGroups": ["batch"], "resources": batch, "verbs": verbs},
+                {"apiGroups": ["networking.k8s.io"], "resources": net, "verbs": verbs},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": verbs},
+            ])
+        };
+        let all: Vec<&str> = read.iter().chain(write.iter()).copied().collect();
+        let mut edit = rules(&all);
+        if let Some(a) = edit.as_array_mut() {
+            a.push(json!({"apiGroups": [""], "resources": ["secrets"], "verbs": all}));
+        }
+        let mut admin = edit.clone();
+        if let Some(a) = admin.as_array_mut() {
+            a.push(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": all}));
+        }
+        let objs = [
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "cluster-admin"}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+            ),
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "admin"}, "rules": admin}),
+            ),
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "edit"}, "rules": edit}),
+            ),
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "view"}, "rules": rules(&read)}),
+            ),
+            (
+                "clusterrolebindings",
+                json!({"metadata": {"name": "cluster-admin"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
+            ),
+        ];
+        for (plural, mut obj) in objs {
+            obj["metadata"]["labels"] = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
+            obj["metadata"]["annotations"] =
+                json!({"rbac.authorization.kubernetes.io/autoupdate": "true"});
+            let Some(ri) = self.resource("rbac.authorization.k8s.io", "v1", plural) else {
+                continue;
+            };
+            let opts = WriteOpts {
+                field_manager: "kube-apiserver".into(),
+                ..Default::default()
+            };
+            if let Ok(p) = self.prepare_create(&ri, "", obj, &opts) {
+                let _ = self.commit(p, false);
+            }
+        }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
