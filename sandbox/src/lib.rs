@@ -1,1 +1,222 @@
+//! `ksync-sandbox`: an embedded single-process Kubernetes API server for tests and `ksync demo`.
+//!
+//! It serves the Kubernetes API over HTTPS on loopback from an in-memory store, close enough to
+//! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses
+//! (DESIGN §5, issue 3).
 
+pub mod authz;
+pub mod builtin;
+pub mod fields;
+pub mod openapi;
+pub mod protobuf;
+pub mod resources;
+pub mod schema;
+pub mod selector;
+pub mod server;
+pub mod smp;
+pub mod status;
+pub mod store;
+pub mod table;
+pub mod tls;
+
+use anyhow::Context;
+use base64::Engine;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How to start a sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxOptions {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Where to write the kubeconfig; `None`: a file in a private temporary directory.
+    pub kubeconfig: Option<PathBuf>,
+    /// Run the workload simulator.
+    pub simulate_workloads: bool,
+    /// How many change events watches can resume from (older versions get 410 Gone).
+    pub watch_history: usize,
+    /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for SandboxOptions {
+    fn default() -> Self {
+        SandboxOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kubeconfig: None,
+            simulate_workloads: false,
+            watch_history: 200_000,
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A running sandbox; dropping it shuts the server down.
+#[derive(Debug)]
+pub struct Sandbox {
+    addr: SocketAddr,
+    kubeconfig: PathBuf,
+    store: Arc<store::Store>,
+    handle: axum_server::Handle<SocketAddr>,
+    _tmp: Option<TempDir>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// A private temporary directory removed on drop.
+#[derive(Debug)]
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn make_tempdir() -> anyhow::Result<TempDir> {
+    let p = std::env::temp_dir().join(format!("ksync-sandbox-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&p)?;
+    Ok(TempDir(p))
+}
+
+/// The kubeconfig for the admin (`system:masters`) with the sandbox CA.
+pub fn kubeconfig_yaml(server: &str, ca_pem: &str, token: &str) -> String {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: ksync-sandbox\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: ksync-sandbox-admin\n  user:\n    token: {token}\ncontexts:\n- name: ksync-sandbox\n  context:\n    cluster: ksync-sandbox\n    user: ksync-sandbox-admin\n    namespace: default\ncurrent-context: ksync-sandbox\npreferences: {{}}\n"
+    )
+}
+
+impl Sandbox {
+    /// Start a sandbox in this process (inside a tokio runtime).
+    pub async fn start(opts: SandboxOptions) -> anyhow::Result<Sandbox> {
+        tls::install_crypto_provider();
+        let pki = tls::generate()?;
+        let listener = std::net::TcpListener::bind(opts.listen)
+            .with_context(|| format!("binding {}", opts.listen))?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let token = format!("ksync-admin-{}", uuid::Uuid::new_v4().simple());
+        let store = store::Store::new(opts.watch_history.max(1));
+        let app = Arc::new(server::App {
+            store: store.clone(),
+            admin_token: token.clone(),
+            addr,
+            bookmark_interval: opts.bookmark_interval,
+        });
+        let router = axum::Router::new().fallback(
+            move |method: axum::http::Method,
+                  uri: axum::http::Uri,
+                  headers: axum::http::HeaderMap,
+                  body: axum::body::Bytes| {
+                let app = app.clone();
+                async move { server::handle(app, method, uri, headers, body).await }
+            },
+        );
+        let router = router.layer(axum::extract::DefaultBodyLimit::max(64 << 20));
+        let cfg = axum_server::tls_rustls::RustlsConfig::from_pem(
+            pki.cert_pem.clone().into_bytes(),
+            pki.key_pem.clone().into_bytes(),
+        )
+        .await
+        .context("TLS config")?;
+        let handle = axum_server::Handle::new();
+        let server = axum_server::from_tcp_rustls(listener, cfg)?.handle(handle.clone());
+        let mut tasks = vec![tokio::spawn(async move {
+            if let Err(e) = server.serve(router.into_make_service()).await {
+                tracing::error!("sandbox server: {e}");
+            }
+        })];
+        let gc_store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                gc_store.gc.notified().await;
+                while gc_store.gc_pass() {}
+            }
+        }));
+        handle.listening().await.context("server did not start")?;
+        let (kubeconfig, tmp) = match &opts.kubeconfig {
+            Some(p) => (p.clone(), None),
+            None => {
+                let t = make_tempdir()?;
+                (t.0.join("kubeconfig"), Some(t))
+            }
+        };
+        let server_url = format!("https://{addr}");
+        write_private(
+            &kubeconfig,
+            &kubeconfig_yaml(&server_url, &pki.ca_pem, &token),
+        )?;
+        Ok(Sandbox {
+            addr,
+            kubeconfig,
+            store,
+            handle,
+            _tmp: tmp,
+            tasks,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The store, for tests that need to reach behind the API (e.g. force a compaction).
+    pub fn store(&self) -> &Arc<store::Store> {
+        &self.store
+    }
+
+    /// Forget the watch history (like an etcd compaction): open watches end with 410 Gone and
+    /// clients must relist.
+    pub fn compact(&self) {
+        self.store.compact();
+    }
+
+    /// A kube-rs client for the admin.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let cfg =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// Stop serving (also done on drop).
+    pub fn shutdown(&self) {
+        self.handle.shutdown();
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn write_private(path: &Path, content: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(content.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,1479 @@
+//! The in-memory object store: one global resourceVersion counter, a bounded event history for
+//! watches (older versions answer `410 Gone`, like a compacted etcd), optimistic concurrency and
+//! the metadata rules of the API conventions
+//! (<https://github.com/kubernetes/community/blob/master/contributors/devel/sig-architecture/api-conventions.md#metadata>).
+
+use crate::builtin;
+use crate::fields::{self, Who};
+use crate::resources::{self, ResourceInfo};
+use crate::schema::Node;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult};
+use base64::Engine;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{Notify, broadcast};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watches see it.
+#[derive(Debug)]
+pub struct Event {
+    pub rv: u64,
+    pub store_key: String,
+    pub ns: String,
+    pub etype: EventType,
+    pub obj: Arc<Value>,
+    pub prev: Option<Arc<Value>>,
+}
+
+#[derive(Debug)]
+pub struct State {
+    pub rv: u64,
+    pub objects: HashMap<String, BTreeMap<String, Arc<Value>>>,
+    pub history: VecDeque<Arc<Event>>,
+    pub history_limit: usize,
+    /// Events at or below this version are gone from the history.
+    pub compacted: u64,
+    pub resources: Vec<ResourceInfo>,
+}
+
+/// The store shared by the HTTP handlers, the garbage collector and the simulator.
+#[derive(Debug)]
+pub struct Store {
+    state: Mutex<State>,
+    tx: broadcast::Sender<Arc<Event>>,
+    /// Woken after deletions and owner-reference writes.
+    pub gc: Notify,
+    /// Closes every open watch with `410 Gone` (forced compaction).
+    pub expire_watches: broadcast::Sender<u64>,
+}
+
+/// Options of one write request.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOpts {
+    pub dry_run: bool,
+    pub field_manager: String,
+    pub force: bool,
+}
+
+/// A write computed under the lock and committed later (after admission).
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub ri: ResourceInfo,
+    pub key: String,
+    pub old: Option<Arc<Value>>,
+    pub obj: Value,
+    pub subresource: String,
+}
+
+/// (items, list resourceVersion, continue token, remainingItemCount).
+pub type ListPage = (Vec<Arc<Value>>, u64, Option<String>, Option<usize>);
+/// (replayed events, receiver for later ones, current resourceVersion).
+pub type WatchStart = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64);
+
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+pub fn obj_key(ns: &str, name: &str) -> String {
+    if ns.is_empty() {
+        name.to_string()
+    } else {
+        format!("{ns}/{name}")
+    }
+}
+
+fn meta_str<'a>(o: &'a Value, f: &str) -> &'a str {
+    o.get("metadata")
+        .and_then(|m| m.get(f))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+pub fn name_of(o: &Value) -> &str {
+    meta_str(o, "name")
+}
+
+pub fn ns_of(o: &Value) -> &str {
+    meta_str(o, "namespace")
+}
+
+pub fn rv_of(o: &Value) -> &str {
+    meta_str(o, "resourceVersion")
+}
+
+fn random_suffix() -> String {
+    // kube-apiserver's generateName alphabet (k8s.io/apimachinery/pkg/util/rand).
+    const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let u = uuid::Uuid::new_v4();
+    u.as_bytes()[..5]
+        .iter()
+        .map(|b| ALPHA[*b as usize % ALPHA.len()] as char)
+        .collect()
+}
+
+/// The schema node used for server-side apply and strategic merge.
+pub fn schema_node(ri: &ResourceInfo) -> Node<'_> {
+    if ri.custom {
+        match &ri.schema {
+            Some(s) => Node {
+                s: Some(s),
+                root: true,
+            },
+            None => Node {
+                s: None,
+                root: true,
+            },
+        }
+    } else {
+        Node::builtin(&ri.group, &ri.version, &ri.kind)
+    }
+}
+
+fn strip_for_generation(o: &Value) -> Value {
+    let mut c = o.clone();
+    if let Some(m) = c.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    c
+}
+
+fn strip_times(o: &Value) -> Value {
+    let mut c = o.clone();
+    if let Some(mf) = c
+        .pointer_mut("/metadata/managedFields")
+        .and_then(Value::as_array_mut)
+    {
+        for e in mf {
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+        }
+    }
+    c
+}
+
+pub const DEFAULT_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+impl Store {
+    pub fn new(history_limit: usize) -> Arc<Self> {
+        let (tx, _) = broadcast::channel(65536);
+        let (expire, _) = broadcast::channel(16);
+        let store = Arc::new(Store {
+            state: Mutex::new(State {
+                rv: 1,
+                objects: HashMap::new(),
+                history: VecDeque::new(),
+                history_limit,
+                compacted: 0,
+                resources: resources::builtins(),
+            }),
+            tx,
+            gc: Notify::new(),
+            expire_watches: expire,
+        });
+        let ri = store
+            .resource("", "v1", "namespaces")
+            .expect("namespaces resource");
+        for ns in DEFAULT_NAMESPACES {
+            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}});
+            let opts = WriteOpts {
+                field_manager: "kube-apiserver".into(),
+                ..Default::default()
+            };
+            if let Ok(p) = store.prepare_create(&ri, "", obj, &opts) {
+                let _ = store.commit(p, false);
+            }
+        }
+        store.bootstrap_rbac();
+        store
+    }
+
+    /// The bootstrap ClusterRoles kube-apiserver creates that tests bind to
+    /// (<https://kubernetes.io/docs/reference/access-authn-authz/rbac/#user-facing-roles>).
+    fn bootstrap_rbac(&self) {
+        let read = ["get", "list", "watch"];
+        let write = ["create", "delete", "deletecollection", "patch", "update"];
+        let core = [
+            "configmaps",
+            "endpoints",
+            "persistentvolumeclaims",
+            "pods",
+            "pods/log",
+            "pods/status",
+            "replicationcontrollers",
+            "services",
+            "serviceaccounts",
+            "events",
+            "limitranges",
+            "resourcequotas",
+        ];
+        let apps = [
+            "deployments",
+            "deployments/scale",
+            "replicasets",
+            "replicasets/scale",
+            "statefulsets",
+            "statefulsets/scale",
+            "daemonsets",
+            "controllerrevisions",
+        ];
+        let batch = ["jobs", "cronjobs"];
+        let net = ["ingresses", "networkpolicies"];
+        let rules = |verbs: &[&str]| {
+            json!([
+                {"apiGroups": [""], "resources": core, "verbs": verbs},
+                {"apiGroups": [""], "resources": ["namespaces"], "verbs": read},
+                {"apiGroups": ["apps"], "resources": apps, "verbs": verbs},
+                {"apiGroups": ["batch"], "resources": batch, "verbs": verbs},
+                {"apiGroups": ["networking.k8s.io"], "resources": net, "verbs": verbs},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": verbs},
+            ])
+        };
+        let all: Vec<&str> = read.iter().chain(write.iter()).copied().collect();
+        let mut edit = rules(&all);
+        if let Some(a) = edit.as_array_mut() {
+            a.push(json!({"apiGroups": [""], "resources": ["secrets"], "verbs": all}));
+        }
+        let mut admin = edit.clone();
+        if let Some(a) = admin.as_array_mut() {
+            a.push(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": all}));
+        }
+        let objs = [
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "cluster-admin"}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+            ),
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "admin"}, "rules": admin}),
+            ),
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "edit"}, "rules": edit}),
+            ),
+            (
+                "clusterroles",
+                json!({"metadata": {"name": "view"}, "rules": rules(&read)}),
+            ),
+            (
+                "clusterrolebindings",
+                json!({"metadata": {"name": "cluster-admin"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
+            ),
+        ];
+        for (plural, mut obj) in objs {
+            obj["metadata"]["labels"] = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
+            obj["metadata"]["annotations"] =
+                json!({"rbac.authorization.kubernetes.io/autoupdate": "true"});
+            let Some(ri) = self.resource("rbac.authorization.k8s.io", "v1", plural) else {
+                continue;
+            };
+            let opts = WriteOpts {
+                field_manager: "kube-apiserver".into(),
+                ..Default::default()
+            };
+            if let Ok(p) = self.prepare_create(&ri, "", obj, &opts) {
+                let _ = self.commit(p, false);
+            }
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    pub fn resources(&self) -> Vec<ResourceInfo> {
+        self.lock().resources.clone()
+    }
+
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<ResourceInfo> {
+        self.lock()
+            .resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+            .cloned()
+    }
+
+    /// Find a served version of a resource by group and kind (any version; storage preferred).
+    pub fn resource_by_kind(&self, group: &str, kind: &str) -> Option<ResourceInfo> {
+        let st = self.lock();
+        let mut c: Vec<&ResourceInfo> = st
+            .resources
+            .iter()
+            .filter(|r| r.group == group && r.kind == kind)
+            .collect();
+        c.sort_by_key(|r| !r.storage);
+        c.first().map(|r| (*r).clone())
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.tx.subscribe()
+    }
+
+    pub fn get(&self, ri: &ResourceInfo, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
+        let st = self.lock();
+        st.objects
+            .get(&ri.store_key())
+            .and_then(|m| m.get(&obj_key(ns, name)))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&ri.group, &ri.plural, name))
+    }
+
+    /// Every object of a resource (optionally in one namespace), in key order.
+    pub fn list_all(&self, store_key: &str, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let st = self.lock();
+        let Some(m) = st.objects.get(store_key) else {
+            return vec![];
+        };
+        match ns {
+            Some(ns) if !ns.is_empty() => {
+                let prefix = format!("{ns}/");
+                m.range(prefix.clone()..)
+                    .take_while(|(k, _)| k.starts_with(&prefix))
+                    .map(|(_, v)| v.clone())
+                    .collect()
+            }
+            _ => m.values().cloned().collect(),
+        }
+    }
+
+    /// A list with selectors and `limit`/`continue` pagination
+    /// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>).
+    pub fn list(
+        &self,
+        ri: &ResourceInfo,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fieldsel: &FieldSelector,
+        limit: Option<usize>,
+        cont: Option<&str>,
+    ) -> ApiResult<ListPage> {
+        let st = self.lock();
+        let (list_rv, start) = match cont {
+            Some(c) if !c.is_empty() => {
+                let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(c.trim_end_matches('='))
+                    .or_else(|_| base64::engine::general_purpose::STANDARD.decode(c))
+                    .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
+                let v: Value = serde_json::from_slice(&raw)
+                    .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
+                let rv = v["rv"].as_u64().unwrap_or(0);
+                if rv <= st.compacted {
+                    return Err(ApiError::gone(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                    ));
+                }
+                (rv, v["start"].as_str().unwrap_or_default().to_string())
+            }
+            _ => (st.rv, String::new()),
+        };
+        let empty = BTreeMap::new();
+        let m = st.objects.get(&ri.store_key()).unwrap_or(&empty);
+        let prefix = match ns {
+            Some(ns) if !ns.is_empty() => format!("{ns}/"),
+            _ => String::new(),
+        };
+        let from = if start.is_empty() {
+            prefix.clone()
+        } else {
+            start.clone()
+        };
+        let mut out = vec![];
+        let mut next = None;
+        let mut remaining = 0usize;
+        for (k, v) in m.range(from..) {
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if !start.is_empty() && *k == start {
+                continue;
+            }
+            if !labels.matches(v) || !fieldsel.matches(v) {
+                continue;
+            }
+            if let Some(l) = limit
+                && out.len() >= l
+            {
+                if next.is_none() {
+                    let last = out
+                        .last()
+                        .map(|o: &Arc<Value>| obj_key(ns_of(o), name_of(o)))
+                        .unwrap_or_default();
+                    let tok = json!({"v": "meta.k8s.io/v1", "rv": list_rv, "start": last});
+                    next = Some(base64::engine::general_purpose::STANDARD.encode(tok.to_string()));
+                }
+                remaining += 1;
+                continue;
+            }
+            out.push(v.clone());
+        }
+        let remaining = next
+            .as_ref()
+            .map(|_| remaining)
+            .filter(|_| labels.is_empty());
+        Ok((out, list_rv, next, remaining))
+    }
+
+    fn namespace_state(st: &State, ns: &str) -> Option<Arc<Value>> {
+        st.objects
+            .get("/namespaces")
+            .and_then(|m| m.get(ns))
+            .cloned()
+    }
+
+    /// Validate and complete a create (kube-apiserver's BeforeCreate).
+    pub fn prepare_create(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        mut obj: Value,
+        o: &WriteOpts,
+    ) -> ApiResult<Pending> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request was not a JSON object",
+            ));
+        }
+        obj["apiVersion"] = json!(ri.api_version());
+        obj["kind"] = json!(ri.kind);
+        if !obj.get("metadata").is_some_and(Value::is_object) {
+            obj["metadata"] = json!({});
+        }
+        let body_ns = ns_of(&obj).to_string();
+        if ri.namespaced {
+            if !body_ns.is_empty() && body_ns != ns {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            obj["metadata"]["namespace"] = json!(ns);
+        } else if let Some(m) = obj["metadata"].as_object_mut() {
+            m.remove("namespace");
+        }
+        let mut name = name_of(&obj).to_string();
+        if name.is_empty()
+            && let Some(g) = obj["metadata"]["generateName"].as_str()
+        {
+            name = format!("{g}{}", random_suffix());
+            obj["metadata"]["name"] = json!(name);
+        }
+        if name.is_empty() {
+            return Err(ApiError::invalid(
+                &ri.group,
+                &ri.kind,
+                "",
+                vec![(
+                    "metadata.name".into(),
+                    "FieldValueRequired".into(),
+                    "Required value: name or generateName is required".into(),
+                )],
+            ));
+        }
+        if let Err(msg) = builtin::validate_name(ri, &name) {
+            return Err(ApiError::invalid(
+                &ri.group,
+                &ri.kind,
+                &name,
+                vec![(
+                    "metadata.name".into(),
+                    "FieldValueInvalid".into(),
+                    format!("Invalid value: {name:?}: {msg}"),
+                )],
+            ));
+        }
+        let st = self.lock();
+        if ri.namespaced {
+            match Self::namespace_state(&st, ns) {
+                None => return Err(ApiError::not_found("", "namespaces", ns)),
+                Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
+                    return Err(ApiError::forbidden(
+                        &ri.group,
+                        &ri.plural,
+                        &name,
+                        &format!(
+                            "unable to create new content in namespace {ns} because it is being terminated"
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let key = obj_key(if ri.namespaced { ns } else { "" }, &name);
+        if st
+            .objects
+            .get(&ri.store_key())
+            .is_some_and(|m| m.contains_key(&key))
+        {
+            return Err(ApiError::already_exists(&ri.group, &ri.plural, &name));
+        }
+        drop(st);
+        let ts = now();
+        {
+            let m = obj["metadata"]
+                .as_object_mut()
+                .ok_or_else(|| ApiError::internal("metadata"))?;
+            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+            m.insert("creationTimestamp".into(), json!(ts));
+            for f in [
+                "resourceVersion",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "selfLink",
+                "managedFields",
+            ] {
+                m.remove(f);
+            }
+            if ri.generation {
+                m.insert("generation".into(), json!(1));
+            } else {
+                m.remove("generation");
+            }
+        }
+        builtin::prepare_create(ri, &mut obj);
+        builtin::apply_defaults(ri, &mut obj);
+        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+            crd_status(&mut obj);
+        }
+        let who = Who {
+            manager: &o.field_manager,
+            api_version: &ri.api_version(),
+            subresource: "",
+            now: &ts,
+            custom: ri.custom,
+        };
+        fields::record_update(None, &mut obj, schema_node(ri), &who);
+        Ok(Pending {
+            ri: ri.clone(),
+            key,
+            old: None,
+            obj,
+            subresource: String::new(),
+        })
+    }
+
+    /// A full replacement (PUT) of an object or of its status.
+    pub fn prepare_update(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        mut obj: Value,
+        sub: &str,
+        o: &WriteOpts,
+    ) -> ApiResult<Pending> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of the request was not a JSON object",
+            ));
+        }
+        let body_name = name_of(&obj);
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(
+                "the name of the object (".to_string()
+                    + body_name
+                    + ") does not match the name on the URL ("
+                    + name
+                    + ")",
+            ));
+        }
+        let old = self.get(ri, ns, name)?;
+        let want_rv = rv_of(&obj);
+        if !want_rv.is_empty() && want_rv != rv_of(&old) {
+            return Err(ApiError::modified(&ri.group, &ri.plural, name));
+        }
+        let want_uid = meta_str(&obj, "uid");
+        if !want_uid.is_empty() && want_uid != meta_str(&old, "uid") {
+            return Err(ApiError::conflict(
+                &ri.group,
+                &ri.plural,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {want_uid}, UID in object meta: {}",
+                    meta_str(&old, "uid")
+                ),
+            ));
+        }
+        if !obj.get("metadata").is_some_and(Value::is_object) {
+            obj["metadata"] = json!({});
+        }
+        self.finish_update(ri, old, obj, sub, o, None)
+    }
+
+    /// Shared tail of update and patch: keep immutable metadata, apply subresource rules,
+    /// generation and managedFields.
+    fn finish_update(
+        &self,
+        ri: &ResourceInfo,
+        old: Arc<Value>,
+        mut obj: Value,
+        sub: &str,
+        o: &WriteOpts,
+        applied: Option<&Value>,
+    ) -> ApiResult<Pending> {
+        obj["apiVersion"] = json!(ri.api_version());
+        obj["kind"] = json!(ri.kind);
+        let ts = now();
+        let mut client_mf: Option<Value> = None;
+        {
+            let om = old["metadata"].as_object().cloned().unwrap_or_default();
+            let m = obj["metadata"]
+                .as_object_mut()
+                .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
+            for f in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "resourceVersion",
+            ] {
+                match om.get(f) {
+                    Some(v) => m.insert(f.into(), v.clone()),
+                    None => m.remove(f),
+                };
+            }
+            if applied.is_none() {
+                // A client that changes managedFields replaces them (`[{}]` or `[]` resets them),
+                // as kube-apiserver allows; otherwise the server's bookkeeping stands
+                // (https://kubernetes.io/docs/reference/using-api/server-side-apply/#clearing-managedfields).
+                let sent = m.get("managedFields").cloned();
+                match (sent, om.get("managedFields")) {
+                    (Some(sent), old_mf) if Some(&sent) != old_mf => {
+                        let valid: Vec<Value> = sent
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter(|e| e.get("manager").is_some())
+                            .cloned()
+                            .collect();
+                        client_mf = Some(Value::Array(valid));
+                    }
+                    _ => {}
+                }
+                match om.get("managedFields") {
+                    Some(v) => m.insert("managedFields".into(), v.clone()),
+                    None => m.remove("managedFields"),
+                };
+            }
+            if old.pointer("/metadata/deletionTimestamp").is_some() {
+                // Finalizers may only be removed once deletion started.
+                let oldf: Vec<Value> = om
+                    .get("finalizers")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if let Some(nf) = m.get("finalizers").and_then(Value::as_array)
+                    && nf.iter().any(|f| !oldf.contains(f))
+                {
+                    return Err(ApiError::forbidden(
+                        &ri.group,
+                        &ri.plural,
+                        name_of(&old),
+                        "no new finalizers can be added if the object is being deleted",
+                    ));
+                }
+            }
+        }
+        if ri.status {
+            if sub == "status" {
+                // The status endpoint changes only status (api-conventions: spec and status).
+                let mut keep = (*old).clone();
+                keep["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
+                if keep["status"].is_null()
+                    && let Some(m) = keep.as_object_mut()
+                {
+                    m.remove("status");
+                }
+                keep["metadata"]["managedFields"] = obj["metadata"]["managedFields"].clone();
+                if keep["metadata"]["managedFields"].is_null()
+                    && let Some(m) = keep["metadata"].as_object_mut()
+                {
+                    m.remove("managedFields");
+                }
+                obj = keep;
+            } else {
+                match old.get("status") {
+                    Some(s) => obj["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = obj.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+            }
+        } else if sub == "status" {
+            return Err(ApiError::path_not_found());
+        }
+        builtin::apply_defaults(ri, &mut obj);
+        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+            crd_status(&mut obj);
+        }
+        if ri.generation && strip_for_generation(&old) != strip_for_generation(&obj) {
+            let g = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                + 1;
+            obj["metadata"]["generation"] = json!(g);
+        }
+        let api_version = ri.api_version();
+        let who = Who {
+            manager: &o.field_manager,
+            api_version: &api_version,
+            subresource: sub,
+            now: &ts,
+            custom: ri.custom,
+        };
+        if applied.is_none() {
+            match client_mf {
+                Some(mf) => {
+                    let mut base = (*old).clone();
+                    base["metadata"]["managedFields"] = mf;
+                    fields::record_update(Some(&base), &mut obj, schema_node(ri), &who);
+                }
+                None => fields::record_update(Some(&old), &mut obj, schema_node(ri), &who),
+            }
+        }
+        let key = obj_key(ns_of(&old), name_of(&old));
+        Ok(Pending {
+            ri: ri.clone(),
+            key,
+            old: Some(old),
+            obj,
+            subresource: sub.to_string(),
+        })
+    }
+
+    /// JSON merge, JSON, strategic merge patch and server-side apply.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare_patch(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        content_type: &str,
+        body: &[u8],
+        sub: &str,
+        o: &WriteOpts,
+    ) -> ApiResult<Pending> {
+        let ct = content_type.split(';').next().unwrap_or_default().trim();
+        if ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor" {
+            return self.prepare_apply(ri, ns, name, body, sub, o);
+        }
+        let old = self.get(ri, ns, name)?;
+        let mut doc = (*old).clone();
+        match ct {
+            "application/merge-patch+json" => {
+                let p: Value = serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                json_patch::merge(&mut doc, &p);
+            }
+            "application/json-patch+json" => {
+                let p: json_patch::Patch = serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                json_patch::patch(&mut doc, &p).map_err(|e| ApiError {
+                    code: 422,
+                    reason: "Invalid",
+                    message: e.to_string(),
+                    details: None,
+                })?;
+            }
+            "application/strategic-merge-patch+json" => {
+                if ri.custom {
+                    return Err(ApiError::unsupported_media_type(ct));
+                }
+                let p: Value = serde_json::from_slice(body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                doc = crate::smp::apply(&doc, &p, schema_node(ri));
+            }
+            other => return Err(ApiError::unsupported_media_type(other)),
+        }
+        let want_rv = rv_of(&doc);
+        if !want_rv.is_empty() && want_rv != rv_of(&old) {
+            return Err(ApiError::modified(&ri.group, &ri.plural, name));
+        }
+        if !doc.get("metadata").is_some_and(Value::is_object) {
+            doc["metadata"] = json!({});
+        }
+        self.finish_update(ri, old, doc, sub, o, None)
+    }
+
+    fn prepare_apply(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        body: &[u8],
+        sub: &str,
+        o: &WriteOpts,
+    ) -> ApiResult<Pending> {
+        if o.field_manager.is_empty() {
+            return Err(ApiError::bad_request(
+                "PATCH, application/apply-patch+yaml requests require fieldManager to be set",
+            ));
+        }
+        let applied: Value = serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if !applied.is_object() {
+            return Err(ApiError::bad_request(
+                "the apply configuration must be an object",
+            ));
+        }
+        let api_version = ri.api_version();
+        if applied["apiVersion"].as_str() != Some(api_version.as_str())
+            || applied["kind"].as_str() != Some(ri.kind.as_str())
+        {
+            return Err(ApiError::bad_request(format!(
+                "invalid object type: {}, Kind={}",
+                applied["apiVersion"].as_str().unwrap_or_default(),
+                applied["kind"].as_str().unwrap_or_default()
+            )));
+        }
+        let aname = name_of(&applied);
+        if !aname.is_empty() && aname != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({aname}) does not match the name on the URL ({name})"
+            )));
+        }
+        let ts = now();
+        let who = Who {
+            manager: &o.field_manager,
+            api_version: &api_version,
+            subresource: sub,
+            now: &ts,
+            custom: ri.custom,
+        };
+        let node = schema_node(ri);
+        let conflict = |message: String, causes: Vec<Value>| {
+            let mut e = ApiError::conflict(&ri.group, &ri.plural, name, "");
+            e.message = message;
+            e.details = Some(json!({"causes": causes}));
+            e
+        };
+        match self.get(ri, ns, name) {
+            Err(e) if e.code == 404 => {
+                if sub == "status" {
+                    return Err(e);
+                }
+                let mut obj = fields::apply(None, &applied, node, &who, o.force, conflict)?;
+                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("name".into(), json!(name));
+                }
+                let mf = obj.pointer("/metadata/managedFields").cloned();
+                let mut p = self.prepare_create(
+                    ri,
+                    ns,
+                    obj,
+                    &WriteOpts {
+                        field_manager: o.field_manager.clone(),
+                        ..o.clone()
+                    },
+                )?;
+                // The create recorded an Update; an apply-create is owned by the applier.
+                if let Some(mf) = mf {
+                    p.obj["metadata"]["managedFields"] = mf;
+                }
+                Ok(p)
+            }
+            Err(e) => Err(e),
+            Ok(old) => {
+                let mut obj = fields::apply(Some(&old), &applied, node, &who, o.force, conflict)?;
+                let want_rv = rv_of(&applied);
+                if !want_rv.is_empty() && want_rv != rv_of(&old) {
+                    return Err(ApiError::modified(&ri.group, &ri.plural, name));
+                }
+                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("resourceVersion".into(), json!(rv_of(&old)));
+                }
+                self.finish_update(ri, old, obj, sub, o, Some(&applied))
+            }
+        }
+    }
+
+    /// Write a prepared change if the object did not change meanwhile (`Err` 409 otherwise).
+    pub fn commit(&self, p: Pending, dry_run: bool) -> ApiResult<Value> {
+        let mut st = self.lock();
+        let sk = p.ri.store_key();
+        let cur = st.objects.get(&sk).and_then(|m| m.get(&p.key)).cloned();
+        match (&p.old, &cur) {
+            (None, Some(_)) => {
+                return Err(ApiError::already_exists(
+                    &p.ri.group,
+                    &p.ri.plural,
+                    name_of(&p.obj),
+                ));
+            }
+            (Some(_), None) => {
+                return Err(ApiError::not_found(
+                    &p.ri.group,
+                    &p.ri.plural,
+                    name_of(&p.obj),
+                ));
+            }
+            (Some(o), Some(c)) if rv_of(o) != rv_of(c) => {
+                return Err(ApiError::modified(
+                    &p.ri.group,
+                    &p.ri.plural,
+                    name_of(&p.obj),
+                ));
+            }
+            _ => {}
+        }
+        let mut obj = p.obj;
+        if let Some(old) = &p.old {
+            // A no-op write neither bumps resourceVersion nor notifies watchers.
+            let mut cmp = obj.clone();
+            cmp["metadata"]["resourceVersion"] = json!(rv_of(old));
+            if strip_times(&cmp) == strip_times(old) {
+                return Ok((**old).clone());
+            }
+        }
+        if dry_run {
+            if p.old.is_none()
+                && let Some(m) = obj["metadata"].as_object_mut()
+            {
+                m.remove("resourceVersion");
+            }
+            return Ok(obj);
+        }
+        let deleting = obj.pointer("/metadata/deletionTimestamp").is_some()
+            && obj
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .is_none_or(|f| f.is_empty())
+            && !(p.ri.group.is_empty() && p.ri.plural == "namespaces");
+        st.rv += 1;
+        let rv = st.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let ns = ns_of(&obj).to_string();
+        let arc = Arc::new(obj);
+        let etype = if deleting {
+            st.objects.entry(sk.clone()).or_default().remove(&p.key);
+            EventType::Deleted
+        } else {
+            st.objects
+                .entry(sk.clone())
+                .or_default()
+                .insert(p.key.clone(), arc.clone());
+            if p.old.is_some() {
+                EventType::Modified
+            } else {
+                EventType::Added
+            }
+        };
+        if p.ri.group == "apiextensions.k8s.io" && p.ri.plural == "customresourcedefinitions" {
+            Self::refresh_crds(&mut st);
+        }
+        Self::record(
+            &mut st,
+            &self.tx,
+            Event {
+                rv,
+                store_key: sk,
+                ns,
+                etype,
+                obj: arc.clone(),
+                prev: p.old,
+            },
+        );
+        drop(st);
+        if deleting
+            || arc.pointer("/metadata/ownerReferences").is_some()
+            || arc.pointer("/metadata/deletionTimestamp").is_some()
+        {
+            self.gc.notify_one();
+        }
+        Ok((*arc).clone())
+    }
+
+    fn record(st: &mut State, tx: &broadcast::Sender<Arc<Event>>, ev: Event) {
+        let ev = Arc::new(ev);
+        st.history.push_back(ev.clone());
+        while st.history.len() > st.history_limit {
+            if let Some(e) = st.history.pop_front() {
+                st.compacted = e.rv;
+            }
+        }
+        let _ = tx.send(ev);
+    }
+
+    fn refresh_crds(st: &mut State) {
+        let mut rs = resources::builtins();
+        if let Some(crds) = st
+            .objects
+            .get("apiextensions.k8s.io/customresourcedefinitions")
+        {
+            for crd in crds.values() {
+                rs.extend(resources::from_crd(crd));
+            }
+        }
+        st.resources = rs;
+    }
+
+    /// Delete one object following finalizers and the propagation policy
+    /// (<https://kubernetes.io/docs/concepts/architecture/garbage-collection/#cascading-deletion>).
+    /// Returns the response body and whether the object is gone.
+    pub fn delete(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        opts: &Value,
+        dry_run: bool,
+    ) -> ApiResult<(Value, bool)> {
+        let old = self.get(ri, ns, name)?;
+        if let Some(pre) = opts.get("preconditions") {
+            if let Some(uid) = pre["uid"].as_str()
+                && uid != meta_str(&old, "uid")
+            {
+                return Err(ApiError::conflict(
+                    &ri.group,
+                    &ri.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta_str(&old, "uid")
+                    ),
+                ));
+            }
+            if let Some(rv) = pre["resourceVersion"].as_str()
+                && rv != rv_of(&old)
+            {
+                return Err(ApiError::conflict(
+                    &ri.group,
+                    &ri.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        rv_of(&old)
+                    ),
+                ));
+            }
+        }
+        let policy = opts["propagationPolicy"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| match opts["orphanDependents"].as_bool() {
+                Some(true) => "Orphan".into(),
+                _ => "Background".into(),
+            });
+        let mut obj = (*old).clone();
+        let is_ns = ri.group.is_empty() && ri.plural == "namespaces";
+        let mut finalizers: Vec<Value> = obj
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let extra = match policy.as_str() {
+            "Foreground" => Some("foregroundDeletion"),
+            "Orphan" => Some("orphan"),
+            _ => None,
+        };
+        let already = obj.pointer("/metadata/deletionTimestamp").is_some();
+        if let Some(f) = extra
+            && !finalizers.iter().any(|x| x == f)
+            && (already
+                || !finalizers.is_empty()
+                || self.has_dependents(&old)
+                || is_ns
+                || f == "foregroundDeletion")
+        {
+            finalizers.push(json!(f));
+        }
+        if finalizers.is_empty() && !is_ns {
+            if dry_run {
+                return Ok((delete_response(ri, &old), true));
+            }
+            let mut st = self.lock();
+            let sk = ri.store_key();
+            let key = obj_key(ns_of(&old), name);
+            let Some(cur) = st.objects.get_mut(&sk).and_then(|m| m.remove(&key)) else {
+                return Err(ApiError::not_found(&ri.group, &ri.plural, name));
+            };
+            st.rv += 1;
+            let rv = st.rv;
+            let mut gone = (*cur).clone();
+            gone["metadata"]["resourceVersion"] = json!(rv.to_string());
+            if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+                Self::refresh_crds(&mut st);
+                // Deleting a CRD deletes its custom resources.
+                let g = cur
+                    .pointer("/spec/group")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let pl = cur
+                    .pointer("/spec/names/plural")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                st.objects.remove(&format!("{g}/{pl}"));
+            }
+            let ev_ns = ns_of(&gone).to_string();
+            let arc = Arc::new(gone);
+            Self::record(
+                &mut st,
+                &self.tx,
+                Event {
+                    rv,
+                    store_key: sk,
+                    ns: ev_ns,
+                    etype: EventType::Deleted,
+                    obj: arc.clone(),
+                    prev: Some(cur),
+                },
+            );
+            drop(st);
+            self.gc.notify_one();
+            return Ok((delete_response(ri, &arc), true));
+        }
+        // Graceful: mark for deletion and let finalizers (and the GC) finish it.
+        if !already {
+            obj["metadata"]["deletionTimestamp"] = json!(now());
+            obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        }
+        if !finalizers.is_empty() {
+            obj["metadata"]["finalizers"] = json!(finalizers);
+        }
+        if is_ns {
+            obj["status"]["phase"] = json!("Terminating");
+        }
+        if already && obj == *old {
+            return Ok(((*old).clone(), false));
+        }
+        let key = obj_key(ns_of(&old), name);
+        let p = Pending {
+            ri: ri.clone(),
+            key,
+            old: Some(old),
+            obj,
+            subresource: String::new(),
+        };
+        let v = self.commit(p, dry_run)?;
+        self.gc.notify_one();
+        Ok((v, false))
+    }
+
+    fn has_dependents(&self, owner: &Value) -> bool {
+        let uid = meta_str(owner, "uid");
+        let st = self.lock();
+        st.objects.values().flat_map(|m| m.values()).any(|o| {
+            o.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| refs.iter().any(|r| r["uid"] == uid))
+        })
+    }
+
+    /// Forget history up to now (like an etcd compaction) and end every open watch with 410.
+    pub fn compact(&self) {
+        let mut st = self.lock();
+        st.history.clear();
+        st.compacted = st.rv;
+        let rv = st.rv;
+        drop(st);
+        let _ = self.expire_watches.send(rv);
+    }
+
+    /// Events after `rv` for a watch, plus a receiver for what follows; `Err` 410 when too old.
+    pub fn watch_from(&self, rv: u64) -> ApiResult<WatchStart> {
+        let st = self.lock();
+        if rv < st.compacted {
+            return Err(ApiError::gone(format!(
+                "too old resource version: {rv} ({})",
+                st.compacted + 1
+            )));
+        }
+        let rx = self.tx.subscribe();
+        let evs: Vec<Arc<Event>> = st.history.iter().filter(|e| e.rv > rv).cloned().collect();
+        Ok((evs, rx, st.rv))
+    }
+
+    /// One pass of the garbage collector and the namespace controller. Returns whether it changed anything.
+    pub fn gc_pass(&self) -> bool {
+        let snapshot: Vec<(ResourceInfo, Arc<Value>)> = {
+            let st = self.lock();
+            let mut out = vec![];
+            for (sk, m) in &st.objects {
+                let Some(ri) = st
+                    .resources
+                    .iter()
+                    .filter(|r| r.store_key() == *sk)
+                    .min_by_key(|r| !r.storage)
+                    .cloned()
+                else {
+                    continue;
+                };
+                for o in m.values() {
+                    out.push((ri.clone(), o.clone()));
+                }
+            }
+            out
+        };
+        let uids: HashMap<&str, &Arc<Value>> = snapshot
+            .iter()
+            .map(|(_, o)| (meta_str(o, "uid"), o))
+            .collect();
+        // owner uid -> dependents, built once per pass.
+        let mut by_owner: HashMap<&str, Vec<&(ResourceInfo, Arc<Value>)>> = HashMap::new();
+        for entry in &snapshot {
+            let refs = entry
+                .1
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array);
+            for r in refs.into_iter().flatten() {
+                if let Some(u) = r["uid"].as_str() {
+                    by_owner.entry(u).or_default().push(entry);
+                }
+            }
+        }
+        let mut changed = false;
+        let gc = WriteOpts {
+            field_manager: "kube-controller-manager".into(),
+            ..Default::default()
+        };
+        // Namespaces being deleted: delete their content, then drop the "kubernetes" finalizer.
+        for (ri, ns) in snapshot.iter().filter(|(ri, o)| {
+            ri.group.is_empty()
+                && ri.plural == "namespaces"
+                && o.pointer("/metadata/deletionTimestamp").is_some()
+        }) {
+            let nsname = name_of(ns);
+            let content: Vec<&(ResourceInfo, Arc<Value>)> = snapshot
+                .iter()
+                .filter(|(r, o)| r.namespaced && ns_of(o) == nsname)
+                .collect();
+            for (r, o) in &content {
+                if o.pointer("/metadata/deletionTimestamp").is_none() {
+                    changed |= self
+                        .delete(
+                            r,
+                            nsname,
+                            name_of(o),
+                            &json!({"propagationPolicy": "Background"}),
+                            false,
+                        )
+                        .is_ok();
+                }
+            }
+            if content.is_empty() {
+                let mut n = (**ns).clone();
+                let has = n
+                    .pointer("/spec/finalizers")
+                    .and_then(Value::as_array)
+                    .is_some_and(|f| !f.is_empty());
+                if has {
+                    n["spec"]["finalizers"] = json!([]);
+                    let p = Pending {
+                        ri: ri.clone(),
+                        key: nsname.to_string(),
+                        old: Some(ns.clone()),
+                        obj: n,
+                        subresource: "finalize".into(),
+                    };
+                    changed |= self.commit(p, false).is_ok();
+                } else if n
+                    .pointer("/metadata/finalizers")
+                    .and_then(Value::as_array)
+                    .is_none_or(|f| f.is_empty())
+                {
+                    changed |= self.remove_now(ri, ns);
+                }
+            }
+        }
+        for (ri, o) in &snapshot {
+            let uid = meta_str(o, "uid");
+            let deleting = o.pointer("/metadata/deletionTimestamp").is_some();
+            let fins: Vec<&str> = o
+                .pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !deleting && o.pointer("/metadata/ownerReferences").is_none() {
+                continue;
+            }
+            let dependents: Vec<&(ResourceInfo, Arc<Value>)> =
+                by_owner.get(uid).cloned().unwrap_or_default();
+            if deleting && fins.contains(&"orphan") {
+                for (dri, d) in &dependents {
+                    let mut nd = (**d).clone();
+                    if let Some(rs) = nd
+                        .pointer_mut("/metadata/ownerReferences")
+                        .and_then(Value::as_array_mut)
+                    {
+                        rs.retain(|r| r["uid"] != uid);
+                    }
+                    changed |= self.write_as_gc(dri, d, nd, &gc);
+                }
+                changed |= self.drop_finalizer(ri, o, "orphan", &gc);
+            } else if deleting && fins.contains(&"foregroundDeletion") {
+                for (dri, d) in &dependents {
+                    if d.pointer("/metadata/deletionTimestamp").is_none() {
+                        changed |= self
+                            .delete(
+                                dri,
+                                ns_of(d),
+                                name_of(d),
+                                &json!({"propagationPolicy": "Foreground"}),
+                                false,
+                            )
+                            .is_ok();
+                    }
+                }
+                if dependents.is_empty() {
+                    changed |= self.drop_finalizer(ri, o, "foregroundDeletion", &gc);
+                }
+            }
+            // Dependents whose owners are all gone are deleted (background).
+            if let Some(refs) = o
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                && !refs.is_empty()
+                && !deleting
+                && refs
+                    .iter()
+                    .all(|r| !uids.contains_key(r["uid"].as_str().unwrap_or_default()))
+            {
+                changed |= self
+                    .delete(
+                        ri,
+                        ns_of(o),
+                        name_of(o),
+                        &json!({"propagationPolicy": "Background"}),
+                        false,
+                    )
+                    .is_ok();
+            }
+        }
+        changed
+    }
+
+    fn write_as_gc(&self, ri: &ResourceInfo, old: &Arc<Value>, new: Value, o: &WriteOpts) -> bool {
+        match self.finish_update(ri, old.clone(), new, "", o, None) {
+            Ok(p) => self.commit(p, false).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    fn drop_finalizer(&self, ri: &ResourceInfo, o: &Arc<Value>, f: &str, opts: &WriteOpts) -> bool {
+        let mut n = (**o).clone();
+        if let Some(fs) = n
+            .pointer_mut("/metadata/finalizers")
+            .and_then(Value::as_array_mut)
+        {
+            fs.retain(|x| x != f);
+        }
+        self.write_as_gc(ri, o, n, opts)
+    }
+
+    fn remove_now(&self, ri: &ResourceInfo, o: &Arc<Value>) -> bool {
+        let mut st = self.lock();
+        let sk = ri.store_key();
+        let key = obj_key(ns_of(o), name_of(o));
+        let Some(cur) = st.objects.get_mut(&sk).and_then(|m| m.remove(&key)) else {
+            return false;
+        };
+        st.rv += 1;
+        let rv = st.rv;
+        let mut gone = (*cur).clone();
+        gone["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let ns = ns_of(&gone).to_string();
+        Self::record(
+            &mut st,
+            &self.tx,
+            Event {
+                rv,
+                store_key: sk,
+                ns,
+                etype: EventType::Deleted,
+                obj: Arc::new(gone),
+                prev: Some(cur),
+            },
+        );
+        true
+    }
+}
+
+/// What DELETE answers when the object is gone: custom resources return the object, built-ins a
+/// success Status (the generic registry's `ReturnDeletedObject`).
+fn delete_response(ri: &ResourceInfo, obj: &Value) -> Value {
+    if ri.custom {
+        return obj.clone();
+    }
+    let mut details = json!({"name": name_of(obj), "kind": ri.plural, "uid": meta_str(obj, "uid")});
+    if !ri.group.is_empty() {
+        details["group"] = json!(ri.group);
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}
+
+/// A CRD's status as the apiextensions controllers set it: names accepted, Established.
+fn crd_status(crd: &mut Value) {
+    let ts = now();
+    let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    let stored: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .map(|v| v["name"].clone())
+        .collect();
+    let mut accepted = names.clone();
+    if accepted.get("singular").is_none()
+        && let Some(k) = names["kind"].as_str()
+    {
+        accepted["singular"] = json!(k.to_lowercase());
+    }
+    if accepted.get("listKind").is_none()
+        && let Some(k) = names["kind"].as_str()
+    {
+        accepted["listKind"] = json!(format!("{k}List"));
+    }
+    let established = crd
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        });
+    if established {
+        crd["status"]["acceptedNames"] = accepted;
+        crd["status"]["storedVersions"] = json!(stored);
+        return;
+    }
+    crd["status"] = json!({
+        "acceptedNames": accepted,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "lastTransitionTime": ts, "reason": "NoConflicts", "message": "no conflicts found"},
+            {"type": "Established", "status": "True", "lastTransitionTime": ts, "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"}
+        ],
+        "storedVersions": stored,
+    });
+}

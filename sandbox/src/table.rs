@@ -1,0 +1,435 @@
+//! Server-side printing: `meta.k8s.io/v1` Tables for `kubectl get`
+//! (<https://kubernetes.io/docs/reference/using-api/api-concepts/#receiving-resources-as-tables>).
+//! Columns follow kube-apiserver's printers for the built-ins and a CRD's
+//! `additionalPrinterColumns` (Age when none is given).
+
+use crate::resources::ResourceInfo;
+use serde_json::{Value, json};
+
+/// Ages as kube-apiserver prints them (apimachinery `duration.HumanDuration` rules).
+pub fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    if secs < 0 {
+        return "0s".into();
+    }
+    if secs < 120 {
+        return format!("{secs}s");
+    }
+    let minutes = secs / 60;
+    if minutes < 10 {
+        let s = secs % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = secs / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let d = (hours / 24) % 365;
+        return if d == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{d}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+fn age(ts: Option<&str>) -> String {
+    let Some(ts) = ts else {
+        return "<unknown>".into();
+    };
+    match ts.parse::<jiff::Timestamp>() {
+        Ok(t) => human_duration(jiff::Timestamp::now().as_second() - t.as_second()),
+        Err(_) => "<unknown>".into(),
+    }
+}
+
+fn col(name: &str, ty: &str, format: &str, priority: i64) -> Value {
+    json!({"name": name, "type": ty, "format": format, "description": "", "priority": priority})
+}
+
+fn count(v: &Value) -> i64 {
+    match v {
+        Value::Object(m) => m.len() as i64,
+        Value::Array(a) => a.len() as i64,
+        _ => 0,
+    }
+}
+
+fn jsonpath(o: &Value, p: &str) -> Value {
+    // The simple `.a.b` paths CRDs use; `[n]` indexes arrays.
+    let mut cur = o.clone();
+    for seg in p
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|s| !s.is_empty())
+    {
+        let (name, idx) = match seg.split_once('[') {
+            Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (seg, None),
+        };
+        cur = cur.get(name).cloned().unwrap_or(Value::Null);
+        if let Some(i) = idx {
+            cur = cur.get(i).cloned().unwrap_or(Value::Null);
+        }
+    }
+    cur
+}
+
+fn s<'a>(o: &'a Value, p: &str) -> &'a str {
+    o.pointer(p).and_then(Value::as_str).unwrap_or_default()
+}
+
+fn i(o: &Value, p: &str) -> i64 {
+    o.pointer(p).and_then(Value::as_i64).unwrap_or(0)
+}
+
+fn pod_cells(o: &Value) -> Vec<Value> {
+    let total = o.pointer("/spec/containers").map(count).unwrap_or(0);
+    let statuses = o
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let ready = statuses.iter().filter(|c| c["ready"] == true).count();
+    let restarts: i64 = statuses
+        .iter()
+        .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+        .sum();
+    let mut reason = s(o, "/status/reason").to_string();
+    if reason.is_empty() {
+        reason = s(o, "/status/phase").to_string();
+    }
+    for c in &statuses {
+        if let Some(w) = c.pointer("/state/waiting/reason").and_then(Value::as_str) {
+            reason = w.to_string();
+        } else if let Some(t) = c
+            .pointer("/state/terminated/reason")
+            .and_then(Value::as_str)
+        {
+            reason = t.to_string();
+        }
+    }
+    if o.pointer("/metadata/deletionTimestamp").is_some() {
+        reason = "Terminating".into();
+    }
+    vec![
+        json!(format!("{ready}/{total}")),
+        json!(reason),
+        json!(restarts),
+    ]
+}
+
+/// Column definitions and per-object cells (after the Name cell, before Age when `age_last`).
+fn columns(ri: &ResourceInfo) -> (Vec<Value>, bool) {
+    if ri.custom {
+        let mut cols = vec![];
+        let mut pcs = ri.printer_columns.clone();
+        if pcs.is_empty() {
+            pcs.push(
+                json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}),
+            );
+        }
+        for c in &pcs {
+            cols.push(json!({
+                "name": c["name"],
+                "type": c["type"],
+                "format": c.get("format").cloned().unwrap_or(json!("")),
+                "description": c.get("description").cloned().unwrap_or(json!("")),
+                "priority": c.get("priority").cloned().unwrap_or(json!(0)),
+            }));
+        }
+        return (cols, false);
+    }
+    let c = |n: &str| col(n, "string", "", 0);
+    let ci = |n: &str| col(n, "integer", "", 0);
+    let cols = match (ri.group.as_str(), ri.plural.as_str()) {
+        ("", "configmaps") => vec![ci("Data")],
+        ("", "secrets") => vec![c("Type"), ci("Data")],
+        ("", "serviceaccounts") => vec![ci("Secrets")],
+        ("", "namespaces") => vec![c("Status")],
+        ("", "pods") => vec![c("Ready"), c("Status"), c("Restarts")],
+        ("", "services") => vec![c("Type"), c("Cluster-IP"), c("External-IP"), c("Port(s)")],
+        ("", "endpoints") => vec![c("Endpoints")],
+        ("", "nodes") => vec![c("Status"), c("Roles")],
+        ("", "persistentvolumeclaims") => vec![
+            c("Status"),
+            c("Volume"),
+            c("Capacity"),
+            c("Access Modes"),
+            c("StorageClass"),
+            c("VolumeAttributesClass"),
+        ],
+        ("apps", "deployments") => vec![c("Ready"), ci("Up-to-date"), ci("Available")],
+        ("apps", "replicasets") => vec![ci("Desired"), ci("Current"), ci("Ready")],
+        ("apps", "statefulsets") => vec![c("Ready")],
+        ("batch", "jobs") => vec![c("Status"), c("Completions"), c("Duration")],
+        ("rbac.authorization.k8s.io", "rolebindings")
+        | ("rbac.authorization.k8s.io", "clusterrolebindings") => vec![c("Role")],
+        ("coordination.k8s.io", "leases") => vec![c("Holder")],
+        ("admissionregistration.k8s.io", _) => vec![ci("Webhooks")],
+        _ => vec![],
+    };
+    (cols, true)
+}
+
+fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
+    if ri.custom {
+        let mut pcs = ri.printer_columns.clone();
+        if pcs.is_empty() {
+            pcs.push(
+                json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}),
+            );
+        }
+        return pcs
+            .iter()
+            .map(|c| {
+                let v = jsonpath(o, c["jsonPath"].as_str().unwrap_or_default());
+                if c["type"] == "date" {
+                    json!(age(v.as_str()))
+                } else {
+                    v
+                }
+            })
+            .collect();
+    }
+    match (ri.group.as_str(), ri.plural.as_str()) {
+        ("", "configmaps") => vec![json!(
+            o.get("data").map(count).unwrap_or(0) + o.get("binaryData").map(count).unwrap_or(0)
+        )],
+        ("", "secrets") => vec![
+            json!(s(o, "/type")),
+            json!(o.get("data").map(count).unwrap_or(0)),
+        ],
+        ("", "serviceaccounts") => vec![json!(o.get("secrets").map(count).unwrap_or(0))],
+        ("", "namespaces") => vec![json!(s(o, "/status/phase"))],
+        ("", "pods") => pod_cells(o),
+        ("", "services") => {
+            let ports: Vec<String> = o
+                .pointer("/spec/ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
+                .collect();
+            let ports = if ports.is_empty() {
+                "<none>".to_string()
+            } else {
+                ports.join(",")
+            };
+            let cip = s(o, "/spec/clusterIP");
+            vec![
+                json!(s(o, "/spec/type")),
+                json!(if cip.is_empty() { "<none>" } else { cip }),
+                json!("<none>"),
+                json!(ports),
+            ]
+        }
+        ("", "endpoints") => {
+            let mut eps = vec![];
+            for sub in o
+                .get("subsets")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                for a in sub["addresses"].as_array().into_iter().flatten() {
+                    for p in sub["ports"].as_array().into_iter().flatten() {
+                        eps.push(format!(
+                            "{}:{}",
+                            a["ip"].as_str().unwrap_or_default(),
+                            p["port"]
+                        ));
+                    }
+                }
+            }
+            vec![json!(if eps.is_empty() {
+                "<none>".to_string()
+            } else {
+                eps.join(",")
+            })]
+        }
+        ("", "nodes") => {
+            let ready = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .map(|c| {
+                    if c["status"] == "True" {
+                        "Ready"
+                    } else {
+                        "NotReady"
+                    }
+                })
+                .unwrap_or("Unknown");
+            vec![json!(ready), json!("<none>")]
+        }
+        ("", "persistentvolumeclaims") => vec![
+            json!(s(o, "/status/phase")),
+            json!(s(o, "/spec/volumeName")),
+            json!(s(o, "/status/capacity/storage")),
+            json!(""),
+            json!(
+                o.pointer("/spec/storageClassName")
+                    .and_then(Value::as_str)
+                    .unwrap_or("<unset>")
+            ),
+            json!("<unset>"),
+        ],
+        ("apps", "deployments") => vec![
+            json!(format!(
+                "{}/{}",
+                i(o, "/status/readyReplicas"),
+                i(o, "/spec/replicas")
+            )),
+            json!(i(o, "/status/updatedReplicas")),
+            json!(i(o, "/status/availableReplicas")),
+        ],
+        ("apps", "replicasets") => vec![
+            json!(i(o, "/spec/replicas")),
+            json!(i(o, "/status/replicas")),
+            json!(i(o, "/status/readyReplicas")),
+        ],
+        ("apps", "statefulsets") => vec![json!(format!(
+            "{}/{}",
+            i(o, "/status/readyReplicas"),
+            i(o, "/spec/replicas")
+        ))],
+        ("batch", "jobs") => {
+            let conds = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let has = |t: &str| {
+                conds
+                    .iter()
+                    .any(|c| c["type"] == t && c["status"] == "True")
+            };
+            let st = if has("Complete") {
+                "Complete"
+            } else if has("Failed") {
+                "Failed"
+            } else {
+                "Running"
+            };
+            let completions = o
+                .pointer("/spec/completions")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            vec![
+                json!(st),
+                json!(format!("{}/{}", i(o, "/status/succeeded"), completions)),
+                json!(""),
+            ]
+        }
+        ("rbac.authorization.k8s.io", "rolebindings")
+        | ("rbac.authorization.k8s.io", "clusterrolebindings") => {
+            vec![json!(format!(
+                "{}/{}",
+                s(o, "/roleRef/kind"),
+                s(o, "/roleRef/name")
+            ))]
+        }
+        ("coordination.k8s.io", "leases") => vec![json!(s(o, "/spec/holderIdentity"))],
+        ("admissionregistration.k8s.io", _) => {
+            vec![json!(o.get("webhooks").map(count).unwrap_or(0))]
+        }
+        _ => vec![],
+    }
+}
+
+/// Does the Accept header ask for a Table?
+pub fn wants_table(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=Table"))
+}
+
+fn row(ri: &ResourceInfo, o: &Value, include: &str) -> Value {
+    let (_, age_last) = columns(ri);
+    let mut c = vec![json!(
+        o.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    )];
+    c.extend(cells(ri, o));
+    if age_last {
+        c.push(json!(age(o
+            .pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str))));
+    }
+    let mut r = json!({"cells": c});
+    match include {
+        "None" => {}
+        "Object" => r["object"] = o.clone(),
+        _ => {
+            r["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))});
+        }
+    }
+    r
+}
+
+pub fn column_definitions(ri: &ResourceInfo) -> Vec<Value> {
+    let (cols, age_last) = columns(ri);
+    let mut defs = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names", "priority": 0}),
+    ];
+    defs.extend(cols);
+    if age_last {
+        defs.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0}));
+    }
+    defs
+}
+
+/// A Table of objects; `meta` is the list metadata (resourceVersion, continue).
+pub fn table(
+    ri: &ResourceInfo,
+    objs: &[Value],
+    meta: Value,
+    include: &str,
+    with_columns: bool,
+) -> Value {
+    let mut t = json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "rows": objs.iter().map(|o| row(ri, o, include)).collect::<Vec<_>>(),
+    });
+    if with_columns {
+        t["columnDefinitions"] = json!(column_definitions(ri));
+    } else {
+        t["columnDefinitions"] = Value::Null;
+    }
+    t
+}
