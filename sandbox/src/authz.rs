@@ -41,8 +41,7 @@ fn subject_matches(s: &Value, user: &UserInfo) -> bool {
 }
 
 fn has(list: &Value, want: &str) -> bool {
-    list.as_array()
-        .is_some_and(|a| a.iter().any(|x| x == "*" || x == want))
+    list.as_array().is_some_and(|a| a.iter().any(|x| x == "*" || x == want))
 }
 
 fn rule_allows(rule: &Value, a: &Attributes) -> bool {
@@ -119,28 +118,18 @@ pub fn authorize(store: &Store, user: &UserInfo, a: &Attributes) -> Result<Strin
         k => format!("{k} \"{}\"", s["name"].as_str().unwrap_or_default()),
     };
     for b in store.list_all(&rbac("clusterrolebindings"), None) {
-        let Some(subj) = b["subjects"]
-            .as_array()
-            .and_then(|ss| ss.iter().find(|s| subject_matches(s, user)))
+        let Some(subj) =
+            b["subjects"].as_array().and_then(|ss| ss.iter().find(|s| subject_matches(s, user)))
         else {
             continue;
         };
-        let role = b
-            .pointer("/roleRef/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let role = b.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or_default();
         if let Some(cr) = find_cr(role)
-            && cr["rules"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|r| rule_allows(r, a))
+            && cr["rules"].as_array().into_iter().flatten().any(|r| rule_allows(r, a))
         {
             return Ok(format!(
                 "RBAC: allowed by ClusterRoleBinding \"{}\" of ClusterRole \"{role}\" to {}",
-                b.pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default(),
+                b.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default(),
                 describe(subj)
             ));
         }
@@ -154,14 +143,8 @@ pub fn authorize(store: &Store, user: &UserInfo, a: &Attributes) -> Result<Strin
             else {
                 continue;
             };
-            let kind = b
-                .pointer("/roleRef/kind")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let role = b
-                .pointer("/roleRef/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let kind = b.pointer("/roleRef/kind").and_then(Value::as_str).unwrap_or_default();
+            let role = b.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or_default();
             let r = if kind == "ClusterRole" {
                 find_cr(role)
             } else {
@@ -171,17 +154,11 @@ pub fn authorize(store: &Store, user: &UserInfo, a: &Attributes) -> Result<Strin
                     .cloned()
             };
             if let Some(r) = r
-                && r["rules"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|rule| rule_allows(rule, a))
+                && r["rules"].as_array().into_iter().flatten().any(|rule| rule_allows(rule, a))
             {
                 return Ok(format!(
                     "RBAC: allowed by RoleBinding \"{}/{}\" of {kind} \"{role}\" to {}",
-                    b.pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
+                    b.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default(),
                     a.namespace,
                     describe(subj)
                 ));
@@ -232,28 +209,19 @@ pub fn forbidden(user: &UserInfo, a: &Attributes, reason: &str) -> ApiError {
 
 /// Apply `Impersonate-*` headers after checking the requester may impersonate.
 pub fn impersonate(store: &Store, requester: UserInfo, headers: &HeaderMap) -> ApiResult<UserInfo> {
-    let user = headers
-        .get("impersonate-user")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let user = headers.get("impersonate-user").and_then(|v| v.to_str().ok()).map(str::to_string);
     let groups: Vec<String> = headers
         .get_all("impersonate-group")
         .iter()
         .filter_map(|v| v.to_str().ok().map(str::to_string))
         .collect();
-    let uid = headers
-        .get("impersonate-uid")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let uid = headers.get("impersonate-uid").and_then(|v| v.to_str().ok()).map(str::to_string);
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (k, v) in headers {
         if let Some(key) = k.as_str().strip_prefix("impersonate-extra-")
             && let Ok(v) = v.to_str()
         {
-            extra
-                .entry(key.to_string())
-                .or_default()
-                .push(v.to_string());
+            extra.entry(key.to_string()).or_default().push(v.to_string());
         }
     }
     let Some(username) = user else {
@@ -323,12 +291,7 @@ pub fn impersonate(store: &Store, requester: UserInfo, headers: &HeaderMap) -> A
     if username != "system:anonymous" && !gs.iter().any(|g| g == "system:authenticated") {
         gs.push("system:authenticated".into());
     }
-    Ok(UserInfo {
-        username,
-        uid: uid.unwrap_or_default(),
-        groups: gs,
-        extra,
-    })
+    Ok(UserInfo { username, uid: uid.unwrap_or_default(), groups: gs, extra })
 }
 
 fn user_json(u: &UserInfo) -> Value {

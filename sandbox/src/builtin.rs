@@ -11,8 +11,7 @@ const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lowe
 fn is_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -33,9 +32,7 @@ pub fn validate_name(ri: &ResourceInfo, name: &str) -> Result<(), String> {
         | ("authorization.k8s.io", _)
         | ("authentication.k8s.io", _) => {
             if name == "." || name == ".." || name.contains('/') || name.contains('%') {
-                return Err(format!(
-                    "may not contain '/' or '%' or be '.' or '..': {name}"
-                ));
+                return Err(format!("may not contain '/' or '%' or be '.' or '..': {name}"));
             }
         }
         _ => {
@@ -210,10 +207,7 @@ pub fn prepare_create(ri: &ResourceInfo, obj: &mut Value) {
             spec["finalizers"] = json!(["kubernetes"]);
         }
         ("", "pods") => {
-            m.insert(
-                "status".into(),
-                json!({"phase": "Pending", "qosClass": "BestEffort"}),
-            );
+            m.insert("status".into(), json!({"phase": "Pending", "qosClass": "BestEffort"}));
         }
         ("", "services") => {
             m.insert("status".into(), json!({"loadBalancer": {}}));

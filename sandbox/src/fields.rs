@@ -22,10 +22,7 @@ fn ignored_top(k: &str) -> bool {
 }
 
 fn ignored_meta(k: &str) -> bool {
-    !matches!(
-        k,
-        "labels" | "annotations" | "ownerReferences" | "finalizers"
-    )
+    !matches!(k, "labels" | "annotations" | "ownerReferences" | "finalizers")
 }
 
 /// Key element for an associative-list item: `k:{"name":"x"}` with keys sorted.
@@ -95,10 +92,7 @@ fn flatten(
                     out.insert(path.clone(), Some(v.clone()));
                 }
                 for item in a {
-                    path.push(format!(
-                        "v:{}",
-                        serde_json::to_string(item).unwrap_or_default()
-                    ));
+                    path.push(format!("v:{}", serde_json::to_string(item).unwrap_or_default()));
                     out.insert(path.clone(), Some(item.clone()));
                     path.pop();
                 }
@@ -140,15 +134,7 @@ fn flat(v: &Value, node: Node<'_>, mode: Mode, skip_status: bool) -> BTreeMap<Pa
 
 /// The field set an apply configuration claims.
 pub fn apply_set(applied: &Value, node: Node<'_>, status_only: bool) -> FieldSet {
-    let f = flat(
-        applied,
-        node,
-        Mode {
-            mark_maps: false,
-            mark_structs: false,
-        },
-        false,
-    );
+    let f = flat(applied, node, Mode { mark_maps: false, mark_structs: false }, false);
     filter_sub(f.into_keys().collect(), status_only)
 }
 
@@ -166,26 +152,17 @@ pub fn update_diff(
     custom: bool,
     status_only: bool,
 ) -> (FieldSet, FieldSet) {
-    let mode = Mode {
-        mark_maps: true,
-        mark_structs: custom,
-    };
+    let mode = Mode { mark_maps: true, mark_structs: custom };
     let o = flat(old, node, mode, false);
     let n = flat(new, node, mode, false);
-    let changed: FieldSet = n
-        .iter()
-        .filter(|(p, v)| o.get(*p) != Some(*v))
-        .map(|(p, _)| p.clone())
-        .collect();
+    let changed: FieldSet =
+        n.iter().filter(|(p, v)| o.get(*p) != Some(*v)).map(|(p, _)| p.clone()).collect();
     let removed: FieldSet = o
         .keys()
         .filter(|p| !n.contains_key(*p) && !n.keys().any(|q| q.starts_with(p)))
         .cloned()
         .collect();
-    (
-        filter_sub(changed, status_only),
-        filter_sub(removed, status_only),
-    )
+    (filter_sub(changed, status_only), filter_sub(removed, status_only))
 }
 
 /// Serialize a field set as FieldsV1 JSON.
@@ -364,8 +341,7 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, node: Node<'_>, who: 
         return;
     }
     for e in entries.iter_mut() {
-        e.set
-            .retain(|p| !changed.contains(p) && !removed.contains(p));
+        e.set.retain(|p| !changed.contains(p) && !removed.contains(p));
     }
     match entries
         .iter_mut()
@@ -409,9 +385,7 @@ fn get_at<'v>(v: &'v Value, p: &[String]) -> Option<&'v Value> {
             cur.get(f)?
         } else if let Some(k) = pe.strip_prefix("k:") {
             let key: Map<String, Value> = serde_json::from_str(k).ok()?;
-            cur.as_array()?
-                .iter()
-                .find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)))?
+            cur.as_array()?.iter().find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)))?
         } else if let Some(sv) = pe.strip_prefix("v:") {
             let val: Value = serde_json::from_str(sv).ok()?;
             cur.as_array()?.iter().find(|it| **it == val)?
@@ -435,8 +409,7 @@ fn remove_at(v: &mut Value, p: &[String]) {
                 return;
             };
             cur.as_array_mut().and_then(|a| {
-                a.iter_mut()
-                    .find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)))
+                a.iter_mut().find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)))
             })
         } else {
             None
@@ -451,10 +424,9 @@ fn remove_at(v: &mut Value, p: &[String]) {
             m.remove(f);
         }
     } else if let Some(k) = last.strip_prefix("k:") {
-        if let (Ok(key), Some(a)) = (
-            serde_json::from_str::<Map<String, Value>>(k),
-            cur.as_array_mut(),
-        ) {
+        if let (Ok(key), Some(a)) =
+            (serde_json::from_str::<Map<String, Value>>(k), cur.as_array_mut())
+        {
             a.retain(|it| !key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)));
         }
     } else if let Some(sv) = last.strip_prefix("v:")
@@ -535,11 +507,7 @@ pub fn apply(
     }
     let new_set = apply_set(applied, node, status_only);
     let me = |e: &Entry| e.same_identity(who.manager, "Apply", who.api_version, who.subresource);
-    let prev_set = entries
-        .iter()
-        .find(|e| me(e))
-        .map(|e| e.set.clone())
-        .unwrap_or_default();
+    let prev_set = entries.iter().find(|e| me(e)).map(|e| e.set.clone()).unwrap_or_default();
 
     let mut merged = merge(live_v, applied, node);
     // Conflicts: fields this apply changes that another manager owns.
@@ -567,15 +535,10 @@ pub fn apply(
         }
     }
     // Fields this manager stopped applying: removed unless someone else still owns them.
-    let others: FieldSet = entries
-        .iter()
-        .filter(|e| !me(e))
-        .flat_map(|e| e.set.iter().cloned())
-        .collect();
-    let mut dropped: Vec<&Path> = prev_set
-        .difference(&new_set)
-        .filter(|p| !others.contains(*p))
-        .collect();
+    let others: FieldSet =
+        entries.iter().filter(|e| !me(e)).flat_map(|e| e.set.iter().cloned()).collect();
+    let mut dropped: Vec<&Path> =
+        prev_set.difference(&new_set).filter(|p| !others.contains(*p)).collect();
     // Shallowest first: removing a list item or map removes what is under it.
     dropped.sort_by_key(|p| p.len());
     let mut removed: Vec<&Path> = vec![];
@@ -636,11 +599,7 @@ fn conflict_error(
                 lines.push(format!("- {p}"));
             }
         }
-        format!(
-            "Apply failed with {} conflicts: {}",
-            conflicts.len(),
-            lines.join("\n")
-        )
+        format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
     };
     mk(message, causes)
 }

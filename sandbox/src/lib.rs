@@ -144,18 +144,8 @@ impl Sandbox {
             }
         };
         let server_url = format!("https://{addr}");
-        write_private(
-            &kubeconfig,
-            &kubeconfig_yaml(&server_url, &pki.ca_pem, &token),
-        )?;
-        Ok(Sandbox {
-            addr,
-            kubeconfig,
-            store,
-            handle,
-            _tmp: tmp,
-            tasks,
-        })
+        write_private(&kubeconfig, &kubeconfig_yaml(&server_url, &pki.ca_pem, &token))?;
+        Ok(Sandbox { addr, kubeconfig, store, handle, _tmp: tmp, tasks })
     }
 
     pub fn addr(&self) -> SocketAddr {

@@ -7,10 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "ksync-sandbox",
-    about = "An embedded single-process Kubernetes API server"
-)]
+#[command(name = "ksync-sandbox", about = "An embedded single-process Kubernetes API server")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -43,11 +40,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Serve {
-            listen,
-            kubeconfig,
-            simulate_workloads,
-        } => {
+        Cmd::Serve { listen, kubeconfig, simulate_workloads } => {
             let opts = SandboxOptions {
                 listen,
                 kubeconfig: Some(kubeconfig),

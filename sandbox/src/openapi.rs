@@ -18,10 +18,7 @@ fn to_openapi3(v: &Value) -> Value {
                 if k == "$ref"
                     && let Some(r) = x.as_str()
                 {
-                    out.insert(
-                        k.clone(),
-                        json!(r.replace("#/$defs/", "#/components/schemas/")),
-                    );
+                    out.insert(k.clone(), json!(r.replace("#/$defs/", "#/components/schemas/")));
                     continue;
                 }
                 if k == "type"
@@ -54,11 +51,7 @@ fn builtin_components() -> &'static Value {
 }
 
 fn gv_path(group: &str, version: &str) -> String {
-    if group.is_empty() {
-        format!("api/{version}")
-    } else {
-        format!("apis/{group}/{version}")
-    }
+    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
 }
 
 /// The `/openapi/v3` root.
@@ -75,9 +68,7 @@ pub fn root(resources: &[ResourceInfo]) -> Value {
 }
 
 fn fxhash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    })
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
 fn crd_schema_name(r: &ResourceInfo) -> String {
@@ -87,10 +78,8 @@ fn crd_schema_name(r: &ResourceInfo) -> String {
 
 /// The document for one group/version.
 pub fn gv_document(resources: &[ResourceInfo], group: &str, version: &str) -> Option<Value> {
-    let rs: Vec<&ResourceInfo> = resources
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-        .collect();
+    let rs: Vec<&ResourceInfo> =
+        resources.iter().filter(|r| r.group == group && r.version == version).collect();
     if rs.is_empty() {
         return None;
     }
@@ -98,10 +87,7 @@ pub fn gv_document(resources: &[ResourceInfo], group: &str, version: &str) -> Op
     let mut components = if rs.iter().any(|r| r.custom) {
         Map::new()
     } else {
-        builtin_components()
-            .as_object()
-            .cloned()
-            .unwrap_or_default()
+        builtin_components().as_object().cloned().unwrap_or_default()
     };
     let prefix = if group.is_empty() {
         format!("/api/{version}")
@@ -117,9 +103,7 @@ pub fn gv_document(resources: &[ResourceInfo], group: &str, version: &str) -> Op
             );
             if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
                 props.insert("metadata".into(), json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}));
-                props
-                    .entry("apiVersion")
-                    .or_insert(json!({"type": "string"}));
+                props.entry("apiVersion").or_insert(json!({"type": "string"}));
                 props.entry("kind").or_insert(json!({"type": "string"}));
             }
             s["x-kubernetes-group-version-kind"] = gvk.clone();
@@ -179,16 +163,10 @@ pub fn gv_document(resources: &[ResourceInfo], group: &str, version: &str) -> Op
             continue;
         }
         paths.insert(item, json!({"get": op("get", false), "put": op("put", true), "patch": op("patch", true), "delete": op("delete", false)}));
-        paths.insert(
-            coll,
-            json!({"get": op("list", false), "post": op("post", true)}),
-        );
+        paths.insert(coll, json!({"get": op("list", false), "post": op("post", true)}));
         if r.status {
             let p = if r.namespaced {
-                format!(
-                    "{prefix}/namespaces/{{namespace}}/{}/{{name}}/status",
-                    r.plural
-                )
+                format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}/status", r.plural)
             } else {
                 format!("{prefix}/{}/{{name}}/status", r.plural)
             };
@@ -206,9 +184,7 @@ pub fn gv_document(resources: &[ResourceInfo], group: &str, version: &str) -> Op
 /// Field paths of `obj` its schema does not know (`fieldValidation=Strict|Warn`).
 pub fn unknown_fields(obj: &Value, node: schema::Node<'_>, path: &str, out: &mut Vec<String>) {
     let Some(s) = node.s else { return };
-    if s.get("x-kubernetes-preserve-unknown-fields")
-        .and_then(Value::as_bool)
-        == Some(true)
+    if s.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true)
         && s.get("properties").is_none()
     {
         return;
@@ -220,11 +196,7 @@ pub fn unknown_fields(obj: &Value, node: schema::Node<'_>, path: &str, out: &mut
                 .get("additionalProperties")
                 .is_some_and(|a| a.is_object() || a == &Value::Bool(true));
             for (k, v) in m {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
                 let known = props.is_some_and(|pp| pp.contains_key(k))
                     || addl
                     || (node.root && (k == "metadata" || k == "apiVersion" || k == "kind"));

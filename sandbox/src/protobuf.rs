@@ -94,11 +94,7 @@ fn quantities(
     if x.is_empty() {
         return None;
     }
-    Some(
-        x.into_iter()
-            .map(|(k, q)| (k, Quantity(q.string.unwrap_or_default())))
-            .collect(),
-    )
+    Some(x.into_iter().map(|(k, q)| (k, Quantity(q.string.unwrap_or_default()))).collect())
 }
 
 fn container(c: pcore::Container) -> core::Container {
@@ -203,9 +199,7 @@ fn bad(e: impl std::fmt::Display) -> ApiError {
 
 /// Decode a protobuf request body into the JSON object the rest of the server works with.
 pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
-    let rest = body
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| bad("missing k8s magic prefix"))?;
+    let rest = body.strip_prefix(MAGIC).ok_or_else(|| bad("missing k8s magic prefix"))?;
     let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(rest).map_err(bad)?;
     let tm = unknown.type_meta.unwrap_or_default();
     let api_version = tm.api_version.unwrap_or_default();
@@ -215,10 +209,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let mut out = match (api_version.as_str(), kind.as_str()) {
         ("v1", "Namespace") => {
             let x = pcore::Namespace::decode(raw).map_err(bad)?;
-            to_value(&core::Namespace {
-                metadata: meta(x.metadata),
-                ..Default::default()
-            })?
+            to_value(&core::Namespace { metadata: meta(x.metadata), ..Default::default() })?
         }
         ("v1", "ConfigMap") => {
             let x = pcore::ConfigMap::decode(raw).map_err(bad)?;
@@ -228,12 +219,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
                 binary_data: if x.binary_data.is_empty() {
                     None
                 } else {
-                    Some(
-                        x.binary_data
-                            .into_iter()
-                            .map(|(k, b)| (k, ByteString(b)))
-                            .collect(),
-                    )
+                    Some(x.binary_data.into_iter().map(|(k, b)| (k, ByteString(b))).collect())
                 },
                 immutable: x.immutable.filter(|b| *b),
             })?
@@ -245,12 +231,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
                 data: if x.data.is_empty() {
                     None
                 } else {
-                    Some(
-                        x.data
-                            .into_iter()
-                            .map(|(k, b)| (k, ByteString(b)))
-                            .collect(),
-                    )
+                    Some(x.data.into_iter().map(|(k, b)| (k, ByteString(b))).collect())
                 },
                 string_data: m(x.string_data),
                 type_: s(x.r#type),
@@ -259,10 +240,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         }
         ("v1", "ServiceAccount") => {
             let x = pcore::ServiceAccount::decode(raw).map_err(bad)?;
-            to_value(&core::ServiceAccount {
-                metadata: meta(x.metadata),
-                ..Default::default()
-            })?
+            to_value(&core::ServiceAccount { metadata: meta(x.metadata), ..Default::default() })?
         }
         ("v1", "Service") => {
             let x = pcore::Service::decode(raw).map_err(bad)?;
@@ -321,10 +299,7 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
         }
         ("rbac.authorization.k8s.io/v1", "Role") => {
             let x = prbac::Role::decode(raw).map_err(bad)?;
-            to_value(&rbac::Role {
-                metadata: meta(x.metadata),
-                rules: rules(x.rules),
-            })?
+            to_value(&rbac::Role { metadata: meta(x.metadata), rules: rules(x.rules) })?
         }
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
             let x = prbac::ClusterRole::decode(raw).map_err(bad)?;
@@ -368,12 +343,9 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
                             ..Default::default()
                         }
                     }),
-                    non_resource_attributes: sp.non_resource_attributes.map(|n| {
-                        authz::NonResourceAttributes {
-                            path: s(n.path),
-                            verb: s(n.verb),
-                        }
-                    }),
+                    non_resource_attributes: sp
+                        .non_resource_attributes
+                        .map(|n| authz::NonResourceAttributes { path: s(n.path), verb: s(n.verb) }),
                 },
                 status: None,
             })?

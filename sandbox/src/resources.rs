@@ -51,16 +51,7 @@ impl ResourceInfo {
         if self.create_only {
             vec!["create"]
         } else {
-            vec![
-                "create",
-                "delete",
-                "deletecollection",
-                "get",
-                "list",
-                "patch",
-                "update",
-                "watch",
-            ]
+            vec!["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
         }
     }
 
@@ -200,16 +191,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
     table
         .iter()
         .map(|&(g, v, plural, kind, ns, short, status, generation)| {
-            builtin(B {
-                g,
-                v,
-                plural,
-                kind,
-                ns,
-                short,
-                status,
-                generation,
-            })
+            builtin(B { g, v, plural, kind, ns, short, status, generation })
         })
         .collect()
 }
@@ -221,17 +203,11 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
     let names = &spec["names"];
     let plural = names["plural"].as_str().unwrap_or_default().to_string();
     let kind = names["kind"].as_str().unwrap_or_default().to_string();
-    let singular = names["singular"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| kind.to_lowercase());
+    let singular =
+        names["singular"].as_str().map(str::to_string).unwrap_or_else(|| kind.to_lowercase());
     let strs = |v: &Value| -> Vec<String> {
         v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_string))
-                    .collect()
-            })
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
             .unwrap_or_default()
     };
     let namespaced = spec["scope"].as_str() != Some("Cluster");
@@ -243,14 +219,8 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
         let sub = &ver["subresources"];
         let scale = sub.get("scale").filter(|s| s.is_object()).map(|s| {
             (
-                s["specReplicasPath"]
-                    .as_str()
-                    .unwrap_or(".spec.replicas")
-                    .to_string(),
-                s["statusReplicasPath"]
-                    .as_str()
-                    .unwrap_or(".status.replicas")
-                    .to_string(),
+                s["specReplicasPath"].as_str().unwrap_or(".spec.replicas").to_string(),
+                s["statusReplicasPath"].as_str().unwrap_or(".status.replicas").to_string(),
                 s["labelSelectorPath"].as_str().map(str::to_string),
             )
         });
@@ -279,9 +249,7 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
                 .into_iter()
                 .flatten()
                 .filter_map(|f| {
-                    f["jsonPath"]
-                        .as_str()
-                        .map(|s| s.trim_start_matches('.').to_string())
+                    f["jsonPath"].as_str().map(|s| s.trim_start_matches('.').to_string())
                 })
                 .collect(),
         });

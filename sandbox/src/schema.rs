@@ -25,18 +25,10 @@ pub fn defs() -> &'static Defs {
     static D: OnceLock<Defs> = OnceLock::new();
     D.get_or_init(|| {
         let v: Value = serde_json::from_str(DEFS_JSON).unwrap_or_default();
-        let defs = v
-            .get("$defs")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
+        let defs = v.get("$defs").and_then(Value::as_object).cloned().unwrap_or_default();
         let mut by_gvk = HashMap::new();
         for (name, d) in &defs {
-            for gvk in d["x-kubernetes-group-version-kind"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
+            for gvk in d["x-kubernetes-group-version-kind"].as_array().into_iter().flatten() {
                 let g = gvk["group"].as_str().unwrap_or_default().to_string();
                 let ver = gvk["version"].as_str().unwrap_or_default().to_string();
                 let k = gvk["kind"].as_str().unwrap_or_default().to_string();
@@ -80,35 +72,19 @@ fn lookup_ref(r: &str) -> Option<&'static Value> {
 
 impl<'a> Node<'a> {
     pub fn none() -> Node<'static> {
-        Node {
-            s: None,
-            root: false,
-        }
+        Node { s: None, root: false }
     }
 
     pub fn of(s: &'a Value) -> Self {
-        Node {
-            s: Some(s),
-            root: false,
-        }
-        .resolve()
+        Node { s: Some(s), root: false }.resolve()
     }
 
     /// The root node of a built-in kind.
     pub fn builtin(group: &str, version: &str, kind: &str) -> Node<'static> {
         let d = defs();
-        match d
-            .by_gvk
-            .get(&(group.to_string(), version.to_string(), kind.to_string()))
-        {
-            Some(n) => Node {
-                s: d.defs.get(n),
-                root: true,
-            },
-            None => Node {
-                s: None,
-                root: true,
-            },
+        match d.by_gvk.get(&(group.to_string(), version.to_string(), kind.to_string())) {
+            Some(n) => Node { s: d.defs.get(n), root: true },
+            None => Node { s: None, root: true },
         }
     }
 
@@ -120,10 +96,8 @@ impl<'a> Node<'a> {
                     Some(t) => s = t,
                     None => return Node { s: None, ..self },
                 }
-            } else if let Some(first) = s
-                .get("allOf")
-                .and_then(Value::as_array)
-                .and_then(|a| a.first())
+            } else if let Some(first) =
+                s.get("allOf").and_then(Value::as_array).and_then(|a| a.first())
             {
                 if first.get("$ref").is_some() && s.get("properties").is_none() {
                     s = first;
@@ -134,56 +108,29 @@ impl<'a> Node<'a> {
                 break;
             }
         }
-        Node {
-            s: Some(s),
-            root: self.root,
-        }
+        Node { s: Some(s), root: self.root }
     }
 
     pub fn prop(self, k: &str) -> Node<'a> {
         if self.root && k == "metadata" {
-            return Node {
-                s: defs().defs.get(OBJECT_META),
-                root: false,
-            };
+            return Node { s: defs().defs.get(OBJECT_META), root: false };
         }
         let Some(s) = self.s else {
-            return Node {
-                s: None,
-                root: false,
-            };
+            return Node { s: None, root: false };
         };
         if let Some(p) = s.get("properties").and_then(|p| p.get(k)) {
-            return Node {
-                s: Some(p),
-                root: false,
-            }
-            .resolve();
+            return Node { s: Some(p), root: false }.resolve();
         }
         match s.get("additionalProperties") {
-            Some(a) if a.is_object() => Node {
-                s: Some(a),
-                root: false,
-            }
-            .resolve(),
-            _ => Node {
-                s: None,
-                root: false,
-            },
+            Some(a) if a.is_object() => Node { s: Some(a), root: false }.resolve(),
+            _ => Node { s: None, root: false },
         }
     }
 
     pub fn items(self) -> Node<'a> {
         match self.s.and_then(|s| s.get("items")) {
-            Some(i) => Node {
-                s: Some(i),
-                root: false,
-            }
-            .resolve(),
-            None => Node {
-                s: None,
-                root: false,
-            },
+            Some(i) => Node { s: Some(i), root: false }.resolve(),
+            None => Node { s: None, root: false },
         }
     }
 
@@ -195,9 +142,7 @@ impl<'a> Node<'a> {
         if s.get("properties").is_some() {
             return ObjKind::Struct;
         }
-        if s.get("additionalProperties")
-            .is_some_and(|a| a.is_object() || a == &Value::Bool(true))
-        {
+        if s.get("additionalProperties").is_some_and(|a| a.is_object() || a == &Value::Bool(true)) {
             return ObjKind::Map;
         }
         ObjKind::Struct
@@ -211,11 +156,7 @@ impl<'a> Node<'a> {
             Some("map") => ListKind::Map(
                 s["x-kubernetes-list-map-keys"]
                     .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|k| k.as_str().map(str::to_string))
-                            .collect()
-                    })
+                    .map(|a| a.iter().filter_map(|k| k.as_str().map(str::to_string)).collect())
                     .unwrap_or_default(),
             ),
             Some("set") => ListKind::Set,

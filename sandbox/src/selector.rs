@@ -43,19 +43,10 @@ fn split_top(s: &str) -> Vec<String> {
 
 fn set_values(s: &str) -> Result<Vec<String>, ApiError> {
     let s = s.trim();
-    let inner = s
-        .strip_prefix('(')
-        .and_then(|x| x.strip_suffix(')'))
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "unable to parse requirement: found '{s}', expected: '('"
-            ))
-        })?;
-    Ok(inner
-        .split(',')
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .collect())
+    let inner = s.strip_prefix('(').and_then(|x| x.strip_suffix(')')).ok_or_else(|| {
+        ApiError::bad_request(format!("unable to parse requirement: found '{s}', expected: '('"))
+    })?;
+    Ok(inner.split(',').map(|v| v.trim().to_string()).filter(|v| !v.is_empty()).collect())
 }
 
 impl LabelSelector {
@@ -79,9 +70,7 @@ impl LabelSelector {
             } else if let Some((k, v)) = p.split_once(" in ") {
                 Req::In(k.trim().into(), set_values(v)?)
             } else if p.contains(' ') || p.contains('(') {
-                return Err(ApiError::bad_request(format!(
-                    "unable to parse requirement: {p}"
-                )));
+                return Err(ApiError::bad_request(format!("unable to parse requirement: {p}")));
             } else {
                 Req::Exists(p.to_string())
             };
@@ -116,19 +105,10 @@ pub fn label_selector_object_matches(sel: &Value, labels: Option<&Value>) -> boo
     {
         return false;
     }
-    for e in sel
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
+    for e in sel.get("matchExpressions").and_then(Value::as_array).into_iter().flatten() {
         let k = e["key"].as_str().unwrap_or_default();
-        let vals: Vec<&str> = e["values"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let vals: Vec<&str> =
+            e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         let ok = match e["operator"].as_str().unwrap_or_default() {
             "In" => get(k).is_some_and(|x| vals.contains(&x)),
             "NotIn" => !get(k).is_some_and(|x| vals.contains(&x)),
@@ -166,9 +146,7 @@ impl FieldSelector {
             let k = k.trim();
             if k != "metadata.name" && k != "metadata.namespace" && !allowed.iter().any(|a| a == k)
             {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {k}"
-                )));
+                return Err(ApiError::bad_request(format!("field label not supported: {k}")));
             }
             reqs.push((k.to_string(), eq, v.trim().to_string()));
         }

@@ -101,10 +101,7 @@ pub async fn handle(
 }
 
 fn authenticate(app: &App, headers: &HeaderMap) -> ApiResult<UserInfo> {
-    let auth = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let token = auth.strip_prefix("Bearer ").unwrap_or_default().trim();
     if !token.is_empty() && token == app.admin_token {
         return Ok(UserInfo {
@@ -125,11 +122,7 @@ async fn route(
     headers: &HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let segs: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
+    let segs: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     if matches!(segs.as_slice(), ["healthz"] | ["livez"] | ["readyz"]) {
         return Ok((StatusCode::OK, "ok").into_response());
     }
@@ -145,12 +138,8 @@ async fn route(
         ["api", "v1"] => Ok(json_response(200, &resource_list(&app.store, "", "v1")?)),
         ["apis", g] => {
             let list = api_group_list(&app.store);
-            let grp = list["groups"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|x| x["name"] == *g)
-                .cloned();
+            let grp =
+                list["groups"].as_array().into_iter().flatten().find(|x| x["name"] == *g).cloned();
             match grp {
                 Some(mut grp) => {
                     grp["kind"] = json!("APIGroup");
@@ -161,10 +150,7 @@ async fn route(
             }
         }
         ["apis", g, v] => Ok(json_response(200, &resource_list(&app.store, g, v)?)),
-        ["openapi", "v3"] => Ok(json_response(
-            200,
-            &crate::openapi::root(&app.store.resources()),
-        )),
+        ["openapi", "v3"] => Ok(json_response(200, &crate::openapi::root(&app.store.resources()))),
         ["openapi", "v3", "api", v] => crate::openapi::gv_document(&app.store.resources(), "", v)
             .map(|d| json_response(200, &d))
             .ok_or_else(ApiError::path_not_found),
@@ -233,19 +219,12 @@ fn api_group_list(store: &Store) -> Value {
 }
 
 fn resource_list(store: &Store, g: &str, v: &str) -> ApiResult<Value> {
-    let rs: Vec<ResourceInfo> = store
-        .resources()
-        .into_iter()
-        .filter(|r| r.group == g && r.version == v)
-        .collect();
+    let rs: Vec<ResourceInfo> =
+        store.resources().into_iter().filter(|r| r.group == g && r.version == v).collect();
     if rs.is_empty() {
         return Err(ApiError::path_not_found());
     }
-    let gv = if g.is_empty() {
-        v.to_string()
-    } else {
-        format!("{g}/{v}")
-    };
+    let gv = if g.is_empty() { v.to_string() } else { format!("{g}/{v}") };
     let resources: Vec<Value> = rs.iter().flat_map(|r| r.discovery_entries()).collect();
     Ok(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
@@ -276,9 +255,7 @@ fn parse_target(store: &Store, g: &str, v: &str, rest: &[&str]) -> ApiResult<Tar
         [p, n, s] => (*p, Some(n.to_string()), *s),
         _ => return Err(ApiError::path_not_found()),
     };
-    let ri = store
-        .resource(g, v, plural)
-        .ok_or_else(ApiError::path_not_found)?;
+    let ri = store.resource(g, v, plural).ok_or_else(ApiError::path_not_found)?;
     if ns.is_some() && !ri.namespaced {
         return Err(ApiError::path_not_found());
     }
@@ -292,12 +269,7 @@ fn parse_target(store: &Store, g: &str, v: &str, rest: &[&str]) -> ApiResult<Tar
     if !sub_ok {
         return Err(ApiError::path_not_found());
     }
-    Ok(Target {
-        ri,
-        ns,
-        name,
-        sub: sub.to_string(),
-    })
+    Ok(Target { ri, ns, name, sub: sub.to_string() })
 }
 
 fn write_opts(q: &Query, headers: &HeaderMap) -> ApiResult<WriteOpts> {
@@ -344,27 +316,17 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
 
 /// `Some(includeObject)` when the client asked for a Table (`Accept: ...;as=Table;...`).
 fn table_request(headers: &HeaderMap, q: &Query) -> Option<String> {
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if !crate::table::wants_table(accept) {
         return None;
     }
-    Some(
-        q.get("includeObject")
-            .cloned()
-            .unwrap_or_else(|| "Metadata".into()),
-    )
+    Some(q.get("includeObject").cloned().unwrap_or_else(|| "Metadata".into()))
 }
 
 /// `fieldValidation` (<https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation>):
 /// Strict fails with kube-apiserver's strict decoding error, Warn (the default) returns warnings.
 fn field_validation(ri: &ResourceInfo, obj: &Value, q: &Query) -> ApiResult<Vec<String>> {
-    let mode = q
-        .get("fieldValidation")
-        .map(String::as_str)
-        .unwrap_or("Warn");
+    let mode = q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
     if mode == "Ignore" || ri.custom {
         return Ok(vec![]);
     }
@@ -373,10 +335,7 @@ fn field_validation(ri: &ResourceInfo, obj: &Value, q: &Query) -> ApiResult<Vec<
     if unknown.is_empty() {
         return Ok(vec![]);
     }
-    let msgs: Vec<String> = unknown
-        .iter()
-        .map(|f| format!("unknown field \"{f}\""))
-        .collect();
+    let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
     if mode == "Strict" {
         return Err(ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
@@ -461,26 +420,19 @@ async fn resource_request(
     match (method.clone(), &t.name) {
         (Method::GET, None) => {
             let labels = LabelSelector::parse(
-                q.get("labelSelector")
-                    .map(String::as_str)
-                    .unwrap_or_default(),
+                q.get("labelSelector").map(String::as_str).unwrap_or_default(),
             )?;
             let mut allowed = selector::builtin_field_labels(&ri.group, &ri.plural);
             allowed.extend(ri.selectable_fields.iter().cloned());
             let fsel = FieldSelector::parse(
-                q.get("fieldSelector")
-                    .map(String::as_str)
-                    .unwrap_or_default(),
+                q.get("fieldSelector").map(String::as_str).unwrap_or_default(),
                 &allowed,
             )?;
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
                 let table = table_request(headers, q);
                 return watch(app, ri.clone(), t.ns.clone(), labels, fsel, q, table);
             }
-            let limit = q
-                .get("limit")
-                .and_then(|l| l.parse::<usize>().ok())
-                .filter(|l| *l > 0);
+            let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
             let (items, rv, cont, remaining) = store.list(
                 ri,
                 t.ns.as_deref(),
@@ -534,10 +486,7 @@ async fn resource_request(
                 obj = (*cur).clone();
                 set_path(
                     &mut obj,
-                    ri.scale
-                        .as_ref()
-                        .map(|s| s.0.as_str())
-                        .unwrap_or(".spec.replicas"),
+                    ri.scale.as_ref().map(|s| s.0.as_str()).unwrap_or(".spec.replicas"),
                     want,
                 );
                 if let Some(rv) = rv {
@@ -576,10 +525,7 @@ async fn resource_request(
                 let mut obj = (*cur).clone();
                 set_path(
                     &mut obj,
-                    ri.scale
-                        .as_ref()
-                        .map(|s| s.0.as_str())
-                        .unwrap_or(".spec.replicas"),
+                    ri.scale.as_ref().map(|s| s.0.as_str()).unwrap_or(".spec.replicas"),
                     sc.pointer("/spec/replicas").cloned().unwrap_or(json!(0)),
                 );
                 let p = store.prepare_update(ri, &ns, name, obj, "", &o)?;
@@ -620,22 +566,16 @@ async fn resource_request(
                 opts["propagationPolicy"] = json!(p);
             }
             let dry = q.get("dryRun").is_some_and(|d| d == "All")
-                || opts["dryRun"]
-                    .as_array()
-                    .is_some_and(|a| a.iter().any(|x| x == "All"));
+                || opts["dryRun"].as_array().is_some_and(|a| a.iter().any(|x| x == "All"));
             let (resp, _) = store.delete(ri, &ns, name, &opts, dry)?;
             Ok(json_response(200, &resp))
         }
         (Method::DELETE, None) => {
             let labels = LabelSelector::parse(
-                q.get("labelSelector")
-                    .map(String::as_str)
-                    .unwrap_or_default(),
+                q.get("labelSelector").map(String::as_str).unwrap_or_default(),
             )?;
             let fsel = FieldSelector::parse(
-                q.get("fieldSelector")
-                    .map(String::as_str)
-                    .unwrap_or_default(),
+                q.get("fieldSelector").map(String::as_str).unwrap_or_default(),
                 &selector::builtin_field_labels(&ri.group, &ri.plural),
             )?;
             let mut opts: Value = if body.is_empty() {
@@ -686,18 +626,11 @@ fn set_path(o: &mut Value, p: &str, v: Value) {
 /// The `autoscaling/v1` Scale view of an object.
 fn scale_of(ri: &ResourceInfo, o: &Value) -> Value {
     let (spec_p, status_p, sel_p) =
-        ri.scale
-            .clone()
-            .unwrap_or((".spec.replicas".into(), ".status.replicas".into(), None));
-    let mut selector = sel_p
-        .and_then(|p| get_path(o, &p).cloned())
-        .unwrap_or(json!(""));
+        ri.scale.clone().unwrap_or((".spec.replicas".into(), ".status.replicas".into(), None));
+    let mut selector = sel_p.and_then(|p| get_path(o, &p).cloned()).unwrap_or(json!(""));
     if !selector.is_string() || selector == "" {
         // Built-ins publish the selector from spec.selector.matchLabels.
-        if let Some(ml) = o
-            .pointer("/spec/selector/matchLabels")
-            .and_then(Value::as_object)
-        {
+        if let Some(ml) = o.pointer("/spec/selector/matchLabels").and_then(Value::as_object) {
             selector = json!(
                 ml.iter()
                     .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
@@ -742,10 +675,8 @@ fn watch(
     let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
     let initial_events = q.get("sendInitialEvents").is_some_and(|b| b == "true");
-    let timeout = q
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs);
+    let timeout =
+        q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).map(Duration::from_secs);
     let interval = app.bookmark_interval;
     let sk = ri.store_key();
     let ns_filter = ns.clone().filter(|n| !n.is_empty());

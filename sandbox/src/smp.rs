@@ -54,23 +54,13 @@ fn merge_map(d: &Map<String, Value>, p: &Map<String, Value>, node: Node<'_>) -> 
 }
 
 fn merge_list(d: &[Value], p: &[Value], node: Node<'_>) -> Value {
-    let merge_key = node
-        .patch_merge_key()
-        .map(str::to_string)
-        .or_else(|| match node.list_kind() {
-            ListKind::Map(keys) if keys.len() == 1 => Some(keys[0].clone()),
-            _ => None,
-        });
-    let strategy_merge = node
-        .patch_strategy()
-        .is_some_and(|s| s.split(',').any(|x| x == "merge"));
+    let merge_key = node.patch_merge_key().map(str::to_string).or_else(|| match node.list_kind() {
+        ListKind::Map(keys) if keys.len() == 1 => Some(keys[0].clone()),
+        _ => None,
+    });
+    let strategy_merge = node.patch_strategy().is_some_and(|s| s.split(',').any(|x| x == "merge"));
     if !strategy_merge {
-        return Value::Array(
-            p.iter()
-                .filter(|x| x.get("$patch").is_none())
-                .cloned()
-                .collect(),
-        );
+        return Value::Array(p.iter().filter(|x| x.get("$patch").is_none()).cloned().collect());
     }
     match merge_key {
         Some(mk) => {

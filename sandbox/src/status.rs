@@ -25,11 +25,7 @@ impl std::error::Error for ApiError {}
 
 /// `deployments.apps` or `configmaps`: the qualified resource string kube-apiserver prints.
 pub fn qualified(group: &str, plural: &str) -> String {
-    if group.is_empty() {
-        plural.to_string()
-    } else {
-        format!("{plural}.{group}")
-    }
+    if group.is_empty() { plural.to_string() } else { format!("{plural}.{group}") }
 }
 
 fn details(group: &str, plural: &str, name: &str) -> Value {
@@ -134,30 +130,15 @@ impl ApiError {
         if !group.is_empty() {
             d["group"] = json!(group);
         }
-        ApiError {
-            code: 422,
-            reason: "Invalid",
-            message,
-            details: Some(d),
-        }
+        ApiError { code: 422, reason: "Invalid", message, details: Some(d) }
     }
 
     pub fn bad_request(msg: impl Into<String>) -> Self {
-        ApiError {
-            code: 400,
-            reason: "BadRequest",
-            message: msg.into(),
-            details: None,
-        }
+        ApiError { code: 400, reason: "BadRequest", message: msg.into(), details: None }
     }
 
     pub fn gone(msg: impl Into<String>) -> Self {
-        ApiError {
-            code: 410,
-            reason: "Expired",
-            message: msg.into(),
-            details: None,
-        }
+        ApiError { code: 410, reason: "Expired", message: msg.into(), details: None }
     }
 
     pub fn method_not_allowed() -> Self {
@@ -206,12 +187,7 @@ impl ApiError {
     }
 
     pub fn internal(msg: impl Into<String>) -> Self {
-        ApiError {
-            code: 500,
-            reason: "InternalError",
-            message: msg.into(),
-            details: None,
-        }
+        ApiError { code: 500, reason: "InternalError", message: msg.into(), details: None }
     }
 }
 

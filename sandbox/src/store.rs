@@ -89,24 +89,15 @@ pub type ListPage = (Vec<Arc<Value>>, u64, Option<String>, Option<usize>);
 pub type WatchStart = (Vec<Arc<Event>>, broadcast::Receiver<Arc<Event>>, u64);
 
 pub fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 pub fn obj_key(ns: &str, name: &str) -> String {
-    if ns.is_empty() {
-        name.to_string()
-    } else {
-        format!("{ns}/{name}")
-    }
+    if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") }
 }
 
 fn meta_str<'a>(o: &'a Value, f: &str) -> &'a str {
-    o.get("metadata")
-        .and_then(|m| m.get(f))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
+    o.get("metadata").and_then(|m| m.get(f)).and_then(Value::as_str).unwrap_or_default()
 }
 
 pub fn name_of(o: &Value) -> &str {
@@ -125,24 +116,15 @@ fn random_suffix() -> String {
     // kube-apiserver's generateName alphabet (k8s.io/apimachinery/pkg/util/rand).
     const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let u = uuid::Uuid::new_v4();
-    u.as_bytes()[..5]
-        .iter()
-        .map(|b| ALPHA[*b as usize % ALPHA.len()] as char)
-        .collect()
+    u.as_bytes()[..5].iter().map(|b| ALPHA[*b as usize % ALPHA.len()] as char).collect()
 }
 
 /// The schema node used for server-side apply and strategic merge.
 pub fn schema_node(ri: &ResourceInfo) -> Node<'_> {
     if ri.custom {
         match &ri.schema {
-            Some(s) => Node {
-                s: Some(s),
-                root: true,
-            },
-            None => Node {
-                s: None,
-                root: true,
-            },
+            Some(s) => Node { s: Some(s), root: true },
+            None => Node { s: None, root: true },
         }
     } else {
         Node::builtin(&ri.group, &ri.version, &ri.kind)
@@ -160,10 +142,7 @@ fn strip_for_generation(o: &Value) -> Value {
 
 fn strip_times(o: &Value) -> Value {
     let mut c = o.clone();
-    if let Some(mf) = c
-        .pointer_mut("/metadata/managedFields")
-        .and_then(Value::as_array_mut)
-    {
+    if let Some(mf) = c.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
         for e in mf {
             if let Some(m) = e.as_object_mut() {
                 m.remove("time");
@@ -193,15 +172,10 @@ impl Store {
             gc: Notify::new(),
             expire_watches: expire,
         });
-        let ri = store
-            .resource("", "v1", "namespaces")
-            .expect("namespaces resource");
+        let ri = store.resource("", "v1", "namespaces").expect("namespaces resource");
         for ns in DEFAULT_NAMESPACES {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}});
-            let opts = WriteOpts {
-                field_manager: "kube-apiserver".into(),
-                ..Default::default()
-            };
+            let opts = WriteOpts { field_manager: "kube-apiserver".into(), ..Default::default() };
             if let Ok(p) = store.prepare_create(&ri, "", obj, &opts) {
                 let _ = store.commit(p, false);
             }
@@ -265,18 +239,9 @@ impl Store {
                 "clusterroles",
                 json!({"metadata": {"name": "cluster-admin"}, "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
             ),
-            (
-                "clusterroles",
-                json!({"metadata": {"name": "admin"}, "rules": admin}),
-            ),
-            (
-                "clusterroles",
-                json!({"metadata": {"name": "edit"}, "rules": edit}),
-            ),
-            (
-                "clusterroles",
-                json!({"metadata": {"name": "view"}, "rules": rules(&read)}),
-            ),
+            ("clusterroles", json!({"metadata": {"name": "admin"}, "rules": admin})),
+            ("clusterroles", json!({"metadata": {"name": "edit"}, "rules": edit})),
+            ("clusterroles", json!({"metadata": {"name": "view"}, "rules": rules(&read)})),
             (
                 "clusterrolebindings",
                 json!({"metadata": {"name": "cluster-admin"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"}, "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
@@ -289,10 +254,7 @@ impl Store {
             let Some(ri) = self.resource("rbac.authorization.k8s.io", "v1", plural) else {
                 continue;
             };
-            let opts = WriteOpts {
-                field_manager: "kube-apiserver".into(),
-                ..Default::default()
-            };
+            let opts = WriteOpts { field_manager: "kube-apiserver".into(), ..Default::default() };
             if let Ok(p) = self.prepare_create(&ri, "", obj, &opts) {
                 let _ = self.commit(p, false);
             }
@@ -322,11 +284,8 @@ impl Store {
     /// Find a served version of a resource by group and kind (any version; storage preferred).
     pub fn resource_by_kind(&self, group: &str, kind: &str) -> Option<ResourceInfo> {
         let st = self.lock();
-        let mut c: Vec<&ResourceInfo> = st
-            .resources
-            .iter()
-            .filter(|r| r.group == group && r.kind == kind)
-            .collect();
+        let mut c: Vec<&ResourceInfo> =
+            st.resources.iter().filter(|r| r.group == group && r.kind == kind).collect();
         c.sort_by_key(|r| !r.storage);
         c.first().map(|r| (*r).clone())
     }
@@ -398,11 +357,7 @@ impl Store {
             Some(ns) if !ns.is_empty() => format!("{ns}/"),
             _ => String::new(),
         };
-        let from = if start.is_empty() {
-            prefix.clone()
-        } else {
-            start.clone()
-        };
+        let from = if start.is_empty() { prefix.clone() } else { start.clone() };
         let mut out = vec![];
         let mut next = None;
         let mut remaining = 0usize;
@@ -432,18 +387,12 @@ impl Store {
             }
             out.push(v.clone());
         }
-        let remaining = next
-            .as_ref()
-            .map(|_| remaining)
-            .filter(|_| labels.is_empty());
+        let remaining = next.as_ref().map(|_| remaining).filter(|_| labels.is_empty());
         Ok((out, list_rv, next, remaining))
     }
 
     fn namespace_state(st: &State, ns: &str) -> Option<Arc<Value>> {
-        st.objects
-            .get("/namespaces")
-            .and_then(|m| m.get(ns))
-            .cloned()
+        st.objects.get("/namespaces").and_then(|m| m.get(ns)).cloned()
     }
 
     /// Validate and complete a create (kube-apiserver's BeforeCreate).
@@ -455,9 +404,7 @@ impl Store {
         o: &WriteOpts,
     ) -> ApiResult<Pending> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request(
-                "the body of the request was not a JSON object",
-            ));
+            return Err(ApiError::bad_request("the body of the request was not a JSON object"));
         }
         obj["apiVersion"] = json!(ri.api_version());
         obj["kind"] = json!(ri.kind);
@@ -524,19 +471,14 @@ impl Store {
             }
         }
         let key = obj_key(if ri.namespaced { ns } else { "" }, &name);
-        if st
-            .objects
-            .get(&ri.store_key())
-            .is_some_and(|m| m.contains_key(&key))
-        {
+        if st.objects.get(&ri.store_key()).is_some_and(|m| m.contains_key(&key)) {
             return Err(ApiError::already_exists(&ri.group, &ri.plural, &name));
         }
         drop(st);
         let ts = now();
         {
-            let m = obj["metadata"]
-                .as_object_mut()
-                .ok_or_else(|| ApiError::internal("metadata"))?;
+            let m =
+                obj["metadata"].as_object_mut().ok_or_else(|| ApiError::internal("metadata"))?;
             m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
             m.insert("creationTimestamp".into(), json!(ts));
             for f in [
@@ -567,13 +509,7 @@ impl Store {
             custom: ri.custom,
         };
         fields::record_update(None, &mut obj, schema_node(ri), &who);
-        Ok(Pending {
-            ri: ri.clone(),
-            key,
-            old: None,
-            obj,
-            subresource: String::new(),
-        })
+        Ok(Pending { ri: ri.clone(), key, old: None, obj, subresource: String::new() })
     }
 
     /// A full replacement (PUT) of an object or of its status.
@@ -587,9 +523,7 @@ impl Store {
         o: &WriteOpts,
     ) -> ApiResult<Pending> {
         if !obj.is_object() {
-            return Err(ApiError::bad_request(
-                "the body of the request was not a JSON object",
-            ));
+            return Err(ApiError::bad_request("the body of the request was not a JSON object"));
         }
         let body_name = name_of(&obj);
         if !body_name.is_empty() && body_name != name {
@@ -684,11 +618,8 @@ impl Store {
             }
             if old.pointer("/metadata/deletionTimestamp").is_some() {
                 // Finalizers may only be removed once deletion started.
-                let oldf: Vec<Value> = om
-                    .get("finalizers")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
+                let oldf: Vec<Value> =
+                    om.get("finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
                 if let Some(nf) = m.get("finalizers").and_then(Value::as_array)
                     && nf.iter().any(|f| !oldf.contains(f))
                 {
@@ -736,11 +667,7 @@ impl Store {
             crd_status(&mut obj);
         }
         if ri.generation && strip_for_generation(&old) != strip_for_generation(&obj) {
-            let g = old
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(0)
-                + 1;
+            let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) + 1;
             obj["metadata"]["generation"] = json!(g);
         }
         let api_version = ri.api_version();
@@ -762,13 +689,7 @@ impl Store {
             }
         }
         let key = obj_key(ns_of(&old), name_of(&old));
-        Ok(Pending {
-            ri: ri.clone(),
-            key,
-            old: Some(old),
-            obj,
-            subresource: sub.to_string(),
-        })
+        Ok(Pending { ri: ri.clone(), key, old: Some(old), obj, subresource: sub.to_string() })
     }
 
     /// JSON merge, JSON, strategic merge patch and server-side apply.
@@ -842,9 +763,7 @@ impl Store {
         let applied: Value = serde_yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         if !applied.is_object() {
-            return Err(ApiError::bad_request(
-                "the apply configuration must be an object",
-            ));
+            return Err(ApiError::bad_request("the apply configuration must be an object"));
         }
         let api_version = ri.api_version();
         if applied["apiVersion"].as_str() != Some(api_version.as_str())
@@ -891,10 +810,7 @@ impl Store {
                     ri,
                     ns,
                     obj,
-                    &WriteOpts {
-                        field_manager: o.field_manager.clone(),
-                        ..o.clone()
-                    },
+                    &WriteOpts { field_manager: o.field_manager.clone(), ..o.clone() },
                 )?;
                 // The create recorded an Update; an apply-create is owned by the applier.
                 if let Some(mf) = mf {
@@ -924,25 +840,13 @@ impl Store {
         let cur = st.objects.get(&sk).and_then(|m| m.get(&p.key)).cloned();
         match (&p.old, &cur) {
             (None, Some(_)) => {
-                return Err(ApiError::already_exists(
-                    &p.ri.group,
-                    &p.ri.plural,
-                    name_of(&p.obj),
-                ));
+                return Err(ApiError::already_exists(&p.ri.group, &p.ri.plural, name_of(&p.obj)));
             }
             (Some(_), None) => {
-                return Err(ApiError::not_found(
-                    &p.ri.group,
-                    &p.ri.plural,
-                    name_of(&p.obj),
-                ));
+                return Err(ApiError::not_found(&p.ri.group, &p.ri.plural, name_of(&p.obj)));
             }
             (Some(o), Some(c)) if rv_of(o) != rv_of(c) => {
-                return Err(ApiError::modified(
-                    &p.ri.group,
-                    &p.ri.plural,
-                    name_of(&p.obj),
-                ));
+                return Err(ApiError::modified(&p.ri.group, &p.ri.plural, name_of(&p.obj)));
             }
             _ => {}
         }
@@ -978,15 +882,8 @@ impl Store {
             st.objects.entry(sk.clone()).or_default().remove(&p.key);
             EventType::Deleted
         } else {
-            st.objects
-                .entry(sk.clone())
-                .or_default()
-                .insert(p.key.clone(), arc.clone());
-            if p.old.is_some() {
-                EventType::Modified
-            } else {
-                EventType::Added
-            }
+            st.objects.entry(sk.clone()).or_default().insert(p.key.clone(), arc.clone());
+            if p.old.is_some() { EventType::Modified } else { EventType::Added }
         };
         if p.ri.group == "apiextensions.k8s.io" && p.ri.plural == "customresourcedefinitions" {
             Self::refresh_crds(&mut st);
@@ -994,14 +891,7 @@ impl Store {
         Self::record(
             &mut st,
             &self.tx,
-            Event {
-                rv,
-                store_key: sk,
-                ns,
-                etype,
-                obj: arc.clone(),
-                prev: p.old,
-            },
+            Event { rv, store_key: sk, ns, etype, obj: arc.clone(), prev: p.old },
         );
         drop(st);
         if deleting
@@ -1026,10 +916,7 @@ impl Store {
 
     fn refresh_crds(st: &mut State) {
         let mut rs = resources::builtins();
-        if let Some(crds) = st
-            .objects
-            .get("apiextensions.k8s.io/customresourcedefinitions")
-        {
+        if let Some(crds) = st.objects.get("apiextensions.k8s.io/customresourcedefinitions") {
             for crd in crds.values() {
                 rs.extend(resources::from_crd(crd));
             }
@@ -1077,13 +964,12 @@ impl Store {
                 ));
             }
         }
-        let policy = opts["propagationPolicy"]
-            .as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| match opts["orphanDependents"].as_bool() {
+        let policy = opts["propagationPolicy"].as_str().map(str::to_string).unwrap_or_else(|| {
+            match opts["orphanDependents"].as_bool() {
                 Some(true) => "Orphan".into(),
                 _ => "Background".into(),
-            });
+            }
+        });
         let mut obj = (*old).clone();
         let is_ns = ri.group.is_empty() && ri.plural == "namespaces";
         let mut finalizers: Vec<Value> = obj
@@ -1124,14 +1010,9 @@ impl Store {
             if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
                 Self::refresh_crds(&mut st);
                 // Deleting a CRD deletes its custom resources.
-                let g = cur
-                    .pointer("/spec/group")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let pl = cur
-                    .pointer("/spec/names/plural")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                let g = cur.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default();
+                let pl =
+                    cur.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or_default();
                 st.objects.remove(&format!("{g}/{pl}"));
             }
             let ev_ns = ns_of(&gone).to_string();
@@ -1167,13 +1048,7 @@ impl Store {
             return Ok(((*old).clone(), false));
         }
         let key = obj_key(ns_of(&old), name);
-        let p = Pending {
-            ri: ri.clone(),
-            key,
-            old: Some(old),
-            obj,
-            subresource: String::new(),
-        };
+        let p = Pending { ri: ri.clone(), key, old: Some(old), obj, subresource: String::new() };
         let v = self.commit(p, dry_run)?;
         self.gc.notify_one();
         Ok((v, false))
@@ -1234,17 +1109,12 @@ impl Store {
             }
             out
         };
-        let uids: HashMap<&str, &Arc<Value>> = snapshot
-            .iter()
-            .map(|(_, o)| (meta_str(o, "uid"), o))
-            .collect();
+        let uids: HashMap<&str, &Arc<Value>> =
+            snapshot.iter().map(|(_, o)| (meta_str(o, "uid"), o)).collect();
         // owner uid -> dependents, built once per pass.
         let mut by_owner: HashMap<&str, Vec<&(ResourceInfo, Arc<Value>)>> = HashMap::new();
         for entry in &snapshot {
-            let refs = entry
-                .1
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array);
+            let refs = entry.1.pointer("/metadata/ownerReferences").and_then(Value::as_array);
             for r in refs.into_iter().flatten() {
                 if let Some(u) = r["uid"].as_str() {
                     by_owner.entry(u).or_default().push(entry);
@@ -1252,10 +1122,8 @@ impl Store {
             }
         }
         let mut changed = false;
-        let gc = WriteOpts {
-            field_manager: "kube-controller-manager".into(),
-            ..Default::default()
-        };
+        let gc =
+            WriteOpts { field_manager: "kube-controller-manager".into(), ..Default::default() };
         // Namespaces being deleted: delete their content, then drop the "kubernetes" finalizer.
         for (ri, ns) in snapshot.iter().filter(|(ri, o)| {
             ri.group.is_empty()
@@ -1263,10 +1131,8 @@ impl Store {
                 && o.pointer("/metadata/deletionTimestamp").is_some()
         }) {
             let nsname = name_of(ns);
-            let content: Vec<&(ResourceInfo, Arc<Value>)> = snapshot
-                .iter()
-                .filter(|(r, o)| r.namespaced && ns_of(o) == nsname)
-                .collect();
+            let content: Vec<&(ResourceInfo, Arc<Value>)> =
+                snapshot.iter().filter(|(r, o)| r.namespaced && ns_of(o) == nsname).collect();
             for (r, o) in &content {
                 if o.pointer("/metadata/deletionTimestamp").is_none() {
                     changed |= self
@@ -1323,9 +1189,8 @@ impl Store {
             if deleting && fins.contains(&"orphan") {
                 for (dri, d) in &dependents {
                     let mut nd = (**d).clone();
-                    if let Some(rs) = nd
-                        .pointer_mut("/metadata/ownerReferences")
-                        .and_then(Value::as_array_mut)
+                    if let Some(rs) =
+                        nd.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut)
                     {
                         rs.retain(|r| r["uid"] != uid);
                     }
@@ -1351,14 +1216,10 @@ impl Store {
                 }
             }
             // Dependents whose owners are all gone are deleted (background).
-            if let Some(refs) = o
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
+            if let Some(refs) = o.pointer("/metadata/ownerReferences").and_then(Value::as_array)
                 && !refs.is_empty()
                 && !deleting
-                && refs
-                    .iter()
-                    .all(|r| !uids.contains_key(r["uid"].as_str().unwrap_or_default()))
+                && refs.iter().all(|r| !uids.contains_key(r["uid"].as_str().unwrap_or_default()))
             {
                 changed |= self
                     .delete(
@@ -1383,10 +1244,7 @@ impl Store {
 
     fn drop_finalizer(&self, ri: &ResourceInfo, o: &Arc<Value>, f: &str, opts: &WriteOpts) -> bool {
         let mut n = (**o).clone();
-        if let Some(fs) = n
-            .pointer_mut("/metadata/finalizers")
-            .and_then(Value::as_array_mut)
-        {
+        if let Some(fs) = n.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
             fs.retain(|x| x != f);
         }
         self.write_as_gc(ri, o, n, opts)
@@ -1459,10 +1317,7 @@ fn crd_status(crd: &mut Value) {
     let established = crd
         .pointer("/status/conditions")
         .and_then(Value::as_array)
-        .is_some_and(|c| {
-            c.iter()
-                .any(|c| c["type"] == "Established" && c["status"] == "True")
-        });
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
     if established {
         crd["status"]["acceptedNames"] = accepted;
         crd["status"]["storedVersions"] = json!(stored);

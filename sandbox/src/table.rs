@@ -20,11 +20,7 @@ pub fn human_duration(secs: i64) -> String {
     let minutes = secs / 60;
     if minutes < 10 {
         let s = secs % 60;
-        return if s == 0 {
-            format!("{minutes}m")
-        } else {
-            format!("{minutes}m{s}s")
-        };
+        return if s == 0 { format!("{minutes}m") } else { format!("{minutes}m{s}s") };
     }
     if minutes < 180 {
         return format!("{minutes}m");
@@ -32,22 +28,14 @@ pub fn human_duration(secs: i64) -> String {
     let hours = secs / 3600;
     if hours < 8 {
         let m = minutes % 60;
-        return if m == 0 {
-            format!("{hours}h")
-        } else {
-            format!("{hours}h{m}m")
-        };
+        return if m == 0 { format!("{hours}h") } else { format!("{hours}h{m}m") };
     }
     if hours < 48 {
         return format!("{hours}h");
     }
     if hours < 24 * 8 {
         let h = hours % 24;
-        return if h == 0 {
-            format!("{}d", hours / 24)
-        } else {
-            format!("{}d{h}h", hours / 24)
-        };
+        return if h == 0 { format!("{}d", hours / 24) } else { format!("{}d{h}h", hours / 24) };
     }
     if hours < 24 * 365 * 2 {
         return format!("{}d", hours / 24);
@@ -88,11 +76,7 @@ fn count(v: &Value) -> i64 {
 fn jsonpath(o: &Value, p: &str) -> Value {
     // The simple `.a.b` paths CRDs use; `[n]` indexes arrays.
     let mut cur = o.clone();
-    for seg in p
-        .trim_start_matches('.')
-        .split('.')
-        .filter(|s| !s.is_empty())
-    {
+    for seg in p.trim_start_matches('.').split('.').filter(|s| !s.is_empty()) {
         let (name, idx) = match seg.split_once('[') {
             Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
             None => (seg, None),
@@ -121,10 +105,7 @@ fn pod_cells(o: &Value) -> Vec<Value> {
         .cloned()
         .unwrap_or_default();
     let ready = statuses.iter().filter(|c| c["ready"] == true).count();
-    let restarts: i64 = statuses
-        .iter()
-        .map(|c| c["restartCount"].as_i64().unwrap_or(0))
-        .sum();
+    let restarts: i64 = statuses.iter().map(|c| c["restartCount"].as_i64().unwrap_or(0)).sum();
     let mut reason = s(o, "/status/reason").to_string();
     if reason.is_empty() {
         reason = s(o, "/status/phase").to_string();
@@ -132,21 +113,14 @@ fn pod_cells(o: &Value) -> Vec<Value> {
     for c in &statuses {
         if let Some(w) = c.pointer("/state/waiting/reason").and_then(Value::as_str) {
             reason = w.to_string();
-        } else if let Some(t) = c
-            .pointer("/state/terminated/reason")
-            .and_then(Value::as_str)
-        {
+        } else if let Some(t) = c.pointer("/state/terminated/reason").and_then(Value::as_str) {
             reason = t.to_string();
         }
     }
     if o.pointer("/metadata/deletionTimestamp").is_some() {
         reason = "Terminating".into();
     }
-    vec![
-        json!(format!("{ready}/{total}")),
-        json!(reason),
-        json!(restarts),
-    ]
+    vec![json!(format!("{ready}/{total}")), json!(reason), json!(restarts)]
 }
 
 /// Column definitions and per-object cells (after the Name cell, before Age when `age_last`).
@@ -214,11 +188,7 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
             .iter()
             .map(|c| {
                 let v = jsonpath(o, c["jsonPath"].as_str().unwrap_or_default());
-                if c["type"] == "date" {
-                    json!(age(v.as_str()))
-                } else {
-                    v
-                }
+                if c["type"] == "date" { json!(age(v.as_str())) } else { v }
             })
             .collect();
     }
@@ -226,10 +196,7 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
         ("", "configmaps") => vec![json!(
             o.get("data").map(count).unwrap_or(0) + o.get("binaryData").map(count).unwrap_or(0)
         )],
-        ("", "secrets") => vec![
-            json!(s(o, "/type")),
-            json!(o.get("data").map(count).unwrap_or(0)),
-        ],
+        ("", "secrets") => vec![json!(s(o, "/type")), json!(o.get("data").map(count).unwrap_or(0))],
         ("", "serviceaccounts") => vec![json!(o.get("secrets").map(count).unwrap_or(0))],
         ("", "namespaces") => vec![json!(s(o, "/status/phase"))],
         ("", "pods") => pod_cells(o),
@@ -241,11 +208,7 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
                 .flatten()
                 .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
                 .collect();
-            let ports = if ports.is_empty() {
-                "<none>".to_string()
-            } else {
-                ports.join(",")
-            };
+            let ports = if ports.is_empty() { "<none>".to_string() } else { ports.join(",") };
             let cip = s(o, "/spec/clusterIP");
             vec![
                 json!(s(o, "/spec/type")),
@@ -256,40 +219,21 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
         }
         ("", "endpoints") => {
             let mut eps = vec![];
-            for sub in o
-                .get("subsets")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
+            for sub in o.get("subsets").and_then(Value::as_array).into_iter().flatten() {
                 for a in sub["addresses"].as_array().into_iter().flatten() {
                     for p in sub["ports"].as_array().into_iter().flatten() {
-                        eps.push(format!(
-                            "{}:{}",
-                            a["ip"].as_str().unwrap_or_default(),
-                            p["port"]
-                        ));
+                        eps.push(format!("{}:{}", a["ip"].as_str().unwrap_or_default(), p["port"]));
                     }
                 }
             }
-            vec![json!(if eps.is_empty() {
-                "<none>".to_string()
-            } else {
-                eps.join(",")
-            })]
+            vec![json!(if eps.is_empty() { "<none>".to_string() } else { eps.join(",") })]
         }
         ("", "nodes") => {
             let ready = o
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
                 .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-                .map(|c| {
-                    if c["status"] == "True" {
-                        "Ready"
-                    } else {
-                        "NotReady"
-                    }
-                })
+                .map(|c| if c["status"] == "True" { "Ready" } else { "NotReady" })
                 .unwrap_or("Unknown");
             vec![json!(ready), json!("<none>")]
         }
@@ -298,19 +242,11 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
             json!(s(o, "/spec/volumeName")),
             json!(s(o, "/status/capacity/storage")),
             json!(""),
-            json!(
-                o.pointer("/spec/storageClassName")
-                    .and_then(Value::as_str)
-                    .unwrap_or("<unset>")
-            ),
+            json!(o.pointer("/spec/storageClassName").and_then(Value::as_str).unwrap_or("<unset>")),
             json!("<unset>"),
         ],
         ("apps", "deployments") => vec![
-            json!(format!(
-                "{}/{}",
-                i(o, "/status/readyReplicas"),
-                i(o, "/spec/replicas")
-            )),
+            json!(format!("{}/{}", i(o, "/status/readyReplicas"), i(o, "/spec/replicas"))),
             json!(i(o, "/status/updatedReplicas")),
             json!(i(o, "/status/availableReplicas")),
         ],
@@ -319,22 +255,16 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
             json!(i(o, "/status/replicas")),
             json!(i(o, "/status/readyReplicas")),
         ],
-        ("apps", "statefulsets") => vec![json!(format!(
-            "{}/{}",
-            i(o, "/status/readyReplicas"),
-            i(o, "/spec/replicas")
-        ))],
+        ("apps", "statefulsets") => {
+            vec![json!(format!("{}/{}", i(o, "/status/readyReplicas"), i(o, "/spec/replicas")))]
+        }
         ("batch", "jobs") => {
             let conds = o
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
-            let has = |t: &str| {
-                conds
-                    .iter()
-                    .any(|c| c["type"] == t && c["status"] == "True")
-            };
+            let has = |t: &str| conds.iter().any(|c| c["type"] == t && c["status"] == "True");
             let st = if has("Complete") {
                 "Complete"
             } else if has("Failed") {
@@ -342,10 +272,7 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
             } else {
                 "Running"
             };
-            let completions = o
-                .pointer("/spec/completions")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
+            let completions = o.pointer("/spec/completions").and_then(Value::as_i64).unwrap_or(1);
             vec![
                 json!(st),
                 json!(format!("{}/{}", i(o, "/status/succeeded"), completions)),
@@ -354,11 +281,7 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
         }
         ("rbac.authorization.k8s.io", "rolebindings")
         | ("rbac.authorization.k8s.io", "clusterrolebindings") => {
-            vec![json!(format!(
-                "{}/{}",
-                s(o, "/roleRef/kind"),
-                s(o, "/roleRef/name")
-            ))]
+            vec![json!(format!("{}/{}", s(o, "/roleRef/kind"), s(o, "/roleRef/name")))]
         }
         ("coordination.k8s.io", "leases") => vec![json!(s(o, "/spec/holderIdentity"))],
         ("admissionregistration.k8s.io", _) => {
@@ -370,24 +293,16 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
 
 /// Does the Accept header ask for a Table?
 pub fn wants_table(accept: &str) -> bool {
-    accept
-        .split(',')
-        .next()
-        .is_some_and(|first| first.contains("as=Table"))
+    accept.split(',').next().is_some_and(|first| first.contains("as=Table"))
 }
 
 fn row(ri: &ResourceInfo, o: &Value, include: &str) -> Value {
     let (_, age_last) = columns(ri);
-    let mut c = vec![json!(
-        o.pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    )];
+    let mut c =
+        vec![json!(o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default())];
     c.extend(cells(ri, o));
     if age_last {
-        c.push(json!(age(o
-            .pointer("/metadata/creationTimestamp")
-            .and_then(Value::as_str))));
+        c.push(json!(age(o.pointer("/metadata/creationTimestamp").and_then(Value::as_str))));
     }
     let mut r = json!({"cells": c});
     match include {

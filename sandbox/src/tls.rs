@@ -19,9 +19,7 @@ pub fn generate() -> anyhow::Result<Pki> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "ksync-sandbox-ca");
+    ca_params.distinguished_name.push(DnType::CommonName, "ksync-sandbox-ca");
     ca_params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
@@ -37,13 +35,7 @@ pub fn generate() -> anyhow::Result<Pki> {
         "kubernetes".to_string(),
         "kubernetes.default.svc".to_string(),
     ])?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
+    params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
     let cert = params.signed_by(&key, &issuer)?;
-    Ok(Pki {
-        ca_pem: ca_cert.pem(),
-        cert_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-    })
+    Ok(Pki { ca_pem: ca_cert.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
 }

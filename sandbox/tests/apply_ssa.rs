@@ -51,31 +51,18 @@ async fn apply_ownership_conflicts_force_and_removal() {
         .await
         .expect("create by apply");
     let v = serde_json::to_value(&c).expect("json");
-    assert_eq!(
-        managers(&v),
-        vec![("alpha".to_string(), "Apply".to_string())]
-    );
-    assert_eq!(
-        fields_of(&v, "alpha"),
-        &json!({"f:data": {"f:x": {}, "f:y": {}}})
-    );
+    assert_eq!(managers(&v), vec![("alpha".to_string(), "Apply".to_string())]);
+    assert_eq!(fields_of(&v, "alpha"), &json!({"f:data": {"f:x": {}, "f:y": {}}}));
 
     // Same value: shared ownership, no conflict.
-    cms.patch("c", &b, &Patch::Apply(cfg(json!({"y": "2"}))))
-        .await
-        .expect("co-own");
+    cms.patch("c", &b, &Patch::Apply(cfg(json!({"y": "2"})))).await.expect("co-own");
     // Different value: 409 in kube-apiserver's words.
     let e = status(
-        cms.patch("c", &b, &Patch::Apply(cfg(json!({"x": "9"}))))
-            .await
-            .expect_err("conflict"),
+        cms.patch("c", &b, &Patch::Apply(cfg(json!({"x": "9"})))).await.expect_err("conflict"),
     );
     assert_eq!(e.code, 409);
     assert_eq!(e.reason, "Conflict");
-    assert_eq!(
-        e.message,
-        "Apply failed with 1 conflict: conflict with \"alpha\": .data.x"
-    );
+    assert_eq!(e.message, "Apply failed with 1 conflict: conflict with \"alpha\": .data.x");
     let raw = serde_json::to_value(&e).expect("status json");
     assert_eq!(
         raw["details"]["causes"],
@@ -84,50 +71,27 @@ async fn apply_ownership_conflicts_force_and_removal() {
 
     // Force takes the field over.
     let c = cms
-        .patch(
-            "c",
-            &b.clone().force(),
-            &Patch::Apply(cfg(json!({"x": "9", "y": "2"}))),
-        )
+        .patch("c", &b.clone().force(), &Patch::Apply(cfg(json!({"x": "9", "y": "2"}))))
         .await
         .expect("force");
     let v = serde_json::to_value(&c).expect("json");
-    assert_eq!(
-        c.data.as_ref().and_then(|d| d.get("x")).map(String::as_str),
-        Some("9")
-    );
+    assert_eq!(c.data.as_ref().and_then(|d| d.get("x")).map(String::as_str), Some("9"));
     assert_eq!(fields_of(&v, "alpha"), &json!({"f:data": {"f:y": {}}}));
-    assert_eq!(
-        fields_of(&v, "beta"),
-        &json!({"f:data": {"f:x": {}, "f:y": {}}})
-    );
+    assert_eq!(fields_of(&v, "beta"), &json!({"f:data": {"f:x": {}, "f:y": {}}}));
 
     // alpha stops applying y: beta still owns it, so it stays.
-    let c = cms
-        .patch("c", &a, &Patch::Apply(cfg(json!({"z": "3"}))))
-        .await
-        .expect("apply");
+    let c = cms.patch("c", &a, &Patch::Apply(cfg(json!({"z": "3"})))).await.expect("apply");
     assert_eq!(c.data.as_ref().map(|d| d.len()), Some(3));
     // beta stops applying x and y: nobody owns them, they go.
-    let c = cms
-        .patch("c", &b, &Patch::Apply(cfg(json!({}))))
-        .await
-        .expect("apply");
-    let keys: Vec<&String> = c
-        .data
-        .as_ref()
-        .map(|d| d.keys().collect())
-        .unwrap_or_default();
+    let c = cms.patch("c", &b, &Patch::Apply(cfg(json!({})))).await.expect("apply");
+    let keys: Vec<&String> = c.data.as_ref().map(|d| d.keys().collect()).unwrap_or_default();
     assert_eq!(keys, vec!["z"]);
 
     // An Update (merge patch) takes ownership of what it changes.
     let c = cms
         .patch(
             "c",
-            &PatchParams {
-                field_manager: Some("editor".into()),
-                ..Default::default()
-            },
+            &PatchParams { field_manager: Some("editor".into()), ..Default::default() },
             &Patch::Merge(json!({"data": {"z": "4"}})),
         )
         .await
@@ -147,10 +111,7 @@ async fn apply_ownership_conflicts_force_and_removal() {
     // Several conflicts are grouped by manager.
     cms.patch(
         "c",
-        &PatchParams {
-            field_manager: Some("ed2".into()),
-            ..Default::default()
-        },
+        &PatchParams { field_manager: Some("ed2".into()), ..Default::default() },
         &Patch::Merge(json!({"data": {"q": "1"}})),
     )
     .await
@@ -169,16 +130,11 @@ async fn apply_ownership_conflicts_force_and_removal() {
     let before = cms.get("c").await.expect("get");
     let mut pp = a.clone().force();
     pp.dry_run = true;
-    let dry = cms
-        .patch("c", &pp, &Patch::Apply(cfg(json!({"dry": "run"}))))
-        .await
-        .expect("dry apply");
+    let dry =
+        cms.patch("c", &pp, &Patch::Apply(cfg(json!({"dry": "run"})))).await.expect("dry apply");
     assert!(dry.data.as_ref().is_some_and(|d| d.contains_key("dry")));
     let after = cms.get("c").await.expect("get");
-    assert_eq!(
-        before.metadata.resource_version,
-        after.metadata.resource_version
-    );
+    assert_eq!(before.metadata.resource_version, after.metadata.resource_version);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,11 +184,7 @@ async fn apply_merges_associative_lists_by_key() {
         )
         .await
         .expect("sidecar gone");
-    let n = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .map(|s| s.containers.len());
+    let n = d.spec.as_ref().and_then(|s| s.template.spec.as_ref()).map(|s| s.containers.len());
     assert_eq!(n, Some(1));
 }
 
@@ -281,38 +233,18 @@ async fn kubectl_apply_client_side_then_server_side_conflicts_and_force() {
     );
     let out = common::kubectl_stdin_ok(
         &sb,
-        &[
-            "apply",
-            "--server-side",
-            "--field-manager=ci",
-            "--force-conflicts",
-            "-f",
-            "-",
-        ],
+        &["apply", "--server-side", "--field-manager=ci", "--force-conflicts", "-f", "-"],
         &changed,
     )
     .await;
     assert_eq!(out.trim(), "deployment.apps/web serverside-applied");
-    let y = common::kubectl_ok(
-        &sb,
-        &[
-            "get",
-            "deploy",
-            "web",
-            "-o",
-            "json",
-            "--show-managed-fields",
-        ],
-    )
-    .await;
+    let y =
+        common::kubectl_ok(&sb, &["get", "deploy", "web", "-o", "json", "--show-managed-fields"])
+            .await;
     let v: Value = serde_json::from_str(&y).expect("json");
     assert_eq!(v["spec"]["replicas"], 5);
     assert_eq!(fields_of(&v, "ci")["f:spec"]["f:replicas"], json!({}));
-    assert!(
-        fields_of(&v, "kubectl-client-side-apply")["f:spec"]
-            .get("f:replicas")
-            .is_none()
-    );
+    assert!(fields_of(&v, "kubectl-client-side-apply")["f:spec"].get("f:replicas").is_none());
 
     // kubectl's own upgrade from client-side to server-side apply (default manager "kubectl").
     let out = common::kubectl_stdin_ok(

@@ -73,9 +73,7 @@ fn json(s: &str) -> Value {
 async fn create_get_label_annotate_patch_delete() {
     let sb = common::sandbox().await;
     assert_eq!(
-        kubectl_stdin_ok(&sb, &["create", "-f", "-"], CM)
-            .await
-            .trim(),
+        kubectl_stdin_ok(&sb, &["create", "-f", "-"], CM).await.trim(),
         "configmap/cfg created"
     );
     let o = common::kubectl_in(&sb, &["create", "-f", "-"], Some(CM)).await;
@@ -97,37 +95,20 @@ async fn create_get_label_annotate_patch_delete() {
     assert_eq!(v["items"][0]["metadata"]["name"], "cfg");
 
     let o = kubectl(&sb, &["get", "cm", "nope"]).await;
-    assert_eq!(
-        stderr(&o).trim(),
-        "Error from server (NotFound): configmaps \"nope\" not found"
-    );
+    assert_eq!(stderr(&o).trim(), "Error from server (NotFound): configmaps \"nope\" not found");
 
     assert_eq!(
-        kubectl_ok(&sb, &["label", "cm", "cfg", "tier=front"])
-            .await
-            .trim(),
+        kubectl_ok(&sb, &["label", "cm", "cfg", "tier=front"]).await.trim(),
         "configmap/cfg labeled"
     );
     assert_eq!(
-        kubectl_ok(&sb, &["annotate", "cm", "cfg", "note=hello"])
-            .await
-            .trim(),
+        kubectl_ok(&sb, &["annotate", "cm", "cfg", "note=hello"]).await.trim(),
         "configmap/cfg annotated"
     );
     assert_eq!(
-        kubectl_ok(
-            &sb,
-            &[
-                "patch",
-                "cm",
-                "cfg",
-                "--type=merge",
-                "-p",
-                r#"{"data":{"m":"1"}}"#
-            ]
-        )
-        .await
-        .trim(),
+        kubectl_ok(&sb, &["patch", "cm", "cfg", "--type=merge", "-p", r#"{"data":{"m":"1"}}"#])
+            .await
+            .trim(),
         "configmap/cfg patched"
     );
     assert_eq!(
@@ -152,18 +133,9 @@ async fn create_get_label_annotate_patch_delete() {
     assert_eq!(v["data"], serde_json::json!({"k": "v", "m": "1", "j": "2"}));
     let names = kubectl_ok(&sb, &["get", "cm", "-l", "tier=front", "-o", "name"]).await;
     assert_eq!(names.trim(), "configmap/cfg");
-    let names = kubectl_ok(
-        &sb,
-        &[
-            "get",
-            "cm",
-            "--field-selector",
-            "metadata.name!=cfg",
-            "-o",
-            "name",
-        ],
-    )
-    .await;
+    let names =
+        kubectl_ok(&sb, &["get", "cm", "--field-selector", "metadata.name!=cfg", "-o", "name"])
+            .await;
     assert_eq!(names.trim(), "");
 
     // dry-run=server changes nothing.
@@ -171,10 +143,7 @@ async fn create_get_label_annotate_patch_delete() {
     let v = json(&kubectl_ok(&sb, &["get", "cm", "cfg", "-o", "json"]).await);
     assert!(v["metadata"]["labels"].get("dry").is_none());
 
-    assert_eq!(
-        kubectl_ok(&sb, &["delete", "cm", "cfg"]).await.trim(),
-        "configmap \"cfg\" deleted"
-    );
+    assert_eq!(kubectl_ok(&sb, &["delete", "cm", "cfg"]).await.trim(), "configmap \"cfg\" deleted");
     let o = kubectl(&sb, &["get", "cm", "cfg"]).await;
     assert!(!o.status.success());
 }
@@ -189,19 +158,13 @@ async fn strategic_merge_scale_and_cascade() {
     let cs = &v["spec"]["template"]["spec"]["containers"];
     assert_eq!(cs.as_array().map(Vec::len), Some(2), "{cs}");
     assert_eq!(cs[0]["image"], "nginx:1.28");
-    let env: Vec<&str> = cs[0]["env"]
-        .as_array()
-        .expect("env")
-        .iter()
-        .filter_map(|e| e["name"].as_str())
-        .collect();
+    let env: Vec<&str> =
+        cs[0]["env"].as_array().expect("env").iter().filter_map(|e| e["name"].as_str()).collect();
     assert_eq!(env, vec!["A", "B"]);
     assert_eq!(v["metadata"]["generation"], 2);
 
     assert_eq!(
-        kubectl_ok(&sb, &["scale", "deploy", "web", "--replicas=4"])
-            .await
-            .trim(),
+        kubectl_ok(&sb, &["scale", "deploy", "web", "--replicas=4"]).await.trim(),
         "deployment.apps/web scaled"
     );
     let v = json(&kubectl_ok(&sb, &["get", "deploy", "web", "-o", "json"]).await);
@@ -214,9 +177,7 @@ async fn strategic_merge_scale_and_cascade() {
     );
     kubectl_stdin_ok(&sb, &["create", "-f", "-"], &owned).await;
     assert_eq!(
-        kubectl_ok(&sb, &["delete", "deploy", "web", "--cascade=foreground"])
-            .await
-            .trim(),
+        kubectl_ok(&sb, &["delete", "deploy", "web", "--cascade=foreground"]).await.trim(),
         "deployment.apps \"web\" deleted"
     );
     common::wait_for("dependent deleted", Duration::from_secs(10), || async {
@@ -230,17 +191,13 @@ async fn strategic_merge_scale_and_cascade() {
 async fn finalizers_namespaces_and_wait() {
     let sb = common::sandbox().await;
     assert_eq!(
-        kubectl_ok(&sb, &["create", "namespace", "team"])
-            .await
-            .trim(),
+        kubectl_ok(&sb, &["create", "namespace", "team"]).await.trim(),
         "namespace/team created"
     );
     let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  namespace: team\n  finalizers: [example.com/hold]\n";
     kubectl_stdin_ok(&sb, &["create", "-f", "-"], held).await;
     assert_eq!(
-        kubectl_ok(&sb, &["delete", "cm", "held", "-n", "team", "--wait=false"])
-            .await
-            .trim(),
+        kubectl_ok(&sb, &["delete", "cm", "held", "-n", "team", "--wait=false"]).await.trim(),
         "configmap \"held\" deleted"
     );
     let v = json(&kubectl_ok(&sb, &["get", "cm", "held", "-n", "team", "-o", "json"]).await);
@@ -276,29 +233,16 @@ async fn finalizers_namespaces_and_wait() {
         ],
     )
     .await;
-    kubectl_ok(
-        &sb,
-        &["wait", "--for=delete", "namespace/team", "--timeout=20s"],
-    )
-    .await;
+    kubectl_ok(&sb, &["wait", "--for=delete", "namespace/team", "--timeout=20s"]).await;
 
     // CRDs: established, served, printed, waited on.
     kubectl_stdin_ok(&sb, &["apply", "-f", "-"], CRD).await;
     kubectl_ok(
         &sb,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/widgets.example.com",
-            "--timeout=20s",
-        ],
+        &["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s"],
     )
     .await;
-    let res = kubectl_ok(
-        &sb,
-        &["api-resources", "--api-group=example.com", "-o", "name"],
-    )
-    .await;
+    let res = kubectl_ok(&sb, &["api-resources", "--api-group=example.com", "-o", "name"]).await;
     assert_eq!(res.trim(), "widgets.example.com");
     kubectl_stdin_ok(
         &sb,
@@ -321,16 +265,8 @@ async fn finalizers_namespaces_and_wait() {
         ],
     )
     .await;
-    let out = kubectl_ok(
-        &sb,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            "widget/w1",
-            "--timeout=20s",
-        ],
-    )
-    .await;
+    let out =
+        kubectl_ok(&sb, &["wait", "--for=condition=Ready", "widget/w1", "--timeout=20s"]).await;
     assert_eq!(out.trim(), "widget.example.com/w1 condition met");
 }
 
@@ -378,9 +314,7 @@ async fn api_resources_lists_the_builtins() {
 async fn typed_create_commands_send_protobuf() {
     let sb = common::sandbox().await;
     assert_eq!(
-        kubectl_ok(&sb, &["create", "namespace", "apps"])
-            .await
-            .trim(),
+        kubectl_ok(&sb, &["create", "namespace", "apps"]).await.trim(),
         "namespace/apps created"
     );
     assert_eq!(
@@ -403,24 +337,14 @@ async fn typed_create_commands_send_protobuf() {
     assert_eq!(
         kubectl_ok(
             &sb,
-            &[
-                "-n",
-                "apps",
-                "create",
-                "secret",
-                "generic",
-                "pw",
-                "--from-literal=password=s3cr3t"
-            ]
+            &["-n", "apps", "create", "secret", "generic", "pw", "--from-literal=password=s3cr3t"]
         )
         .await
         .trim(),
         "secret/pw created"
     );
     assert_eq!(
-        kubectl_ok(&sb, &["-n", "apps", "create", "serviceaccount", "robot"])
-            .await
-            .trim(),
+        kubectl_ok(&sb, &["-n", "apps", "create", "serviceaccount", "robot"]).await.trim(),
         "serviceaccount/robot created"
     );
     assert_eq!(
@@ -479,24 +403,12 @@ async fn typed_create_commands_send_protobuf() {
     let v = json(
         &kubectl_ok(
             &sb,
-            &[
-                "-n",
-                "apps",
-                "get",
-                "cm",
-                "conf",
-                "-o",
-                "json",
-                "--show-managed-fields",
-            ],
+            &["-n", "apps", "get", "cm", "conf", "-o", "json", "--show-managed-fields"],
         )
         .await,
     );
     assert_eq!(v["data"], serde_json::json!({"a": "1", "b": "2"}));
-    assert_eq!(
-        v["metadata"]["managedFields"][0]["manager"],
-        "kubectl-create"
-    );
+    assert_eq!(v["metadata"]["managedFields"][0]["manager"], "kubectl-create");
     let v = json(&kubectl_ok(&sb, &["-n", "apps", "get", "secret", "pw", "-o", "json"]).await);
     assert_eq!(v["data"]["password"], "czNjcjN0");
     assert_eq!(v["type"], "Opaque");
@@ -505,23 +417,14 @@ async fn typed_create_commands_send_protobuf() {
     assert_eq!(v["spec"]["selector"]["matchLabels"]["app"], "web");
     let c = &v["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        (
-            c["name"].as_str(),
-            c["image"].as_str(),
-            c["ports"][0]["containerPort"].as_i64()
-        ),
+        (c["name"].as_str(), c["image"].as_str(), c["ports"][0]["containerPort"].as_i64()),
         (Some("nginx"), Some("nginx:1.27"), Some(80))
     );
     assert!(v["metadata"].get("namespace").is_some_and(|n| n == "apps"));
     let v = json(&kubectl_ok(&sb, &["-n", "apps", "get", "role", "reader", "-o", "json"]).await);
     assert_eq!(v["rules"][0]["verbs"], serde_json::json!(["get", "list"]));
-    let v = json(
-        &kubectl_ok(
-            &sb,
-            &["-n", "apps", "get", "rolebinding", "reader", "-o", "json"],
-        )
-        .await,
-    );
+    let v =
+        json(&kubectl_ok(&sb, &["-n", "apps", "get", "rolebinding", "reader", "-o", "json"]).await);
     assert_eq!(
         v["subjects"][0],
         serde_json::json!({"kind": "ServiceAccount", "name": "robot", "namespace": "apps"})
@@ -536,63 +439,28 @@ async fn typed_create_commands_send_protobuf() {
 async fn get_prints_server_side_tables_and_watches() {
     use tokio::io::AsyncBufReadExt;
     let sb = common::sandbox().await;
-    kubectl_ok(
-        &sb,
-        &[
-            "create",
-            "configmap",
-            "a",
-            "--from-literal=x=1",
-            "--from-literal=y=2",
-        ],
-    )
-    .await;
-    kubectl_ok(
-        &sb,
-        &[
-            "create",
-            "deployment",
-            "web",
-            "--image=nginx:1.27",
-            "--replicas=3",
-        ],
-    )
-    .await;
+    kubectl_ok(&sb, &["create", "configmap", "a", "--from-literal=x=1", "--from-literal=y=2"])
+        .await;
+    kubectl_ok(&sb, &["create", "deployment", "web", "--image=nginx:1.27", "--replicas=3"]).await;
     let out = kubectl_ok(&sb, &["get", "cm"]).await;
-    let lines: Vec<Vec<&str>> = out
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
     assert_eq!(lines[0], vec!["NAME", "DATA", "AGE"]);
     assert_eq!(&lines[1][..2], &["a", "2"]);
     let out = kubectl_ok(&sb, &["get", "deploy"]).await;
-    let lines: Vec<Vec<&str>> = out
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(
-        lines[0],
-        vec!["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
-    );
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0], vec!["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]);
     assert_eq!(&lines[1][..4], &["web", "0/3", "0", "0"]);
     let out = kubectl_ok(&sb, &["get", "cm", "-A", "--show-labels"]).await;
     assert!(
-        out.lines()
-            .next()
-            .is_some_and(|h| h.split_whitespace().collect::<Vec<_>>()
-                == ["NAMESPACE", "NAME", "DATA", "AGE", "LABELS"]),
+        out.lines().next().is_some_and(|h| h.split_whitespace().collect::<Vec<_>>()
+            == ["NAMESPACE", "NAME", "DATA", "AGE", "LABELS"]),
         "{out}"
     );
     // CRD printer columns.
     kubectl_stdin_ok(&sb, &["apply", "-f", "-"], CRD).await;
     kubectl_ok(
         &sb,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "crd/widgets.example.com",
-            "--timeout=20s",
-        ],
+        &["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s"],
     )
     .await;
     kubectl_stdin_ok(
@@ -602,10 +470,7 @@ async fn get_prints_server_side_tables_and_watches() {
     )
     .await;
     let out = kubectl_ok(&sb, &["get", "widgets"]).await;
-    let lines: Vec<Vec<&str>> = out
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
     assert_eq!(lines, vec![vec!["NAME", "SIZE"], vec!["w1", "7"]]);
 
     // get -w: a Table watch; the new object appears as a row.
@@ -624,10 +489,7 @@ async fn get_prints_server_side_tables_and_watches() {
         .expect("header in time")
         .expect("read")
         .expect("line");
-    assert_eq!(
-        header.split_whitespace().collect::<Vec<_>>(),
-        ["NAME", "DATA", "AGE"]
-    );
+    assert_eq!(header.split_whitespace().collect::<Vec<_>>(), ["NAME", "DATA", "AGE"]);
     kubectl_ok(&sb, &["create", "configmap", "watched"]).await;
     let found = tokio::time::timeout(Duration::from_secs(20), async {
         while let Ok(Some(l)) = lines.next_line().await {
@@ -639,25 +501,13 @@ async fn get_prints_server_side_tables_and_watches() {
     })
     .await
     .expect("watch row in time");
-    assert_eq!(
-        found.split_whitespace().take(2).collect::<Vec<_>>(),
-        ["watched", "0"]
-    );
+    assert_eq!(found.split_whitespace().take(2).collect::<Vec<_>>(), ["watched", "0"]);
     child.kill().await.expect("stop kubectl");
 
     // -o json watch gets plain watch events.
     let out = kubectl_ok(
         &sb,
-        &[
-            "get",
-            "cm",
-            "a",
-            "-w",
-            "-o",
-            "json",
-            "--output-watch-events",
-            "--request-timeout=2s",
-        ],
+        &["get", "cm", "a", "-w", "-o", "json", "--output-watch-events", "--request-timeout=2s"],
     )
     .await;
     assert!(out.contains("\"type\":\"ADDED\""), "{out}");

@@ -40,29 +40,13 @@ async fn impersonated_service_account_is_checked_by_rbac() {
     .await;
     let sa = "system:serviceaccount:apps:robot";
 
-    let o = kubectl(
-        &sb,
-        &["auth", "can-i", "list", "pods", "-n", "apps", "--as", sa],
-    )
-    .await;
+    let o = kubectl(&sb, &["auth", "can-i", "list", "pods", "-n", "apps", "--as", sa]).await;
     assert_eq!((o.status.code(), stdout(&o).trim()), (Some(0), "yes"));
-    let o = kubectl(
-        &sb,
-        &["auth", "can-i", "delete", "pods", "-n", "apps", "--as", sa],
-    )
-    .await;
+    let o = kubectl(&sb, &["auth", "can-i", "delete", "pods", "-n", "apps", "--as", sa]).await;
     assert_eq!((o.status.code(), stdout(&o).trim()), (Some(1), "no"));
-    let o = kubectl(
-        &sb,
-        &["auth", "can-i", "list", "pods", "-n", "default", "--as", sa],
-    )
-    .await;
+    let o = kubectl(&sb, &["auth", "can-i", "list", "pods", "-n", "default", "--as", sa]).await;
     assert_eq!(stdout(&o).trim(), "no");
-    let o = kubectl(
-        &sb,
-        &["auth", "can-i", "create", "deployments.apps", "-n", "apps"],
-    )
-    .await;
+    let o = kubectl(&sb, &["auth", "can-i", "create", "deployments.apps", "-n", "apps"]).await;
     assert_eq!(stdout(&o).trim(), "yes", "the admin may do anything");
 
     // Reads allowed, others Forbidden in kube-apiserver's words.
@@ -79,19 +63,7 @@ async fn impersonated_service_account_is_checked_by_rbac() {
         "{}",
         stderr(&o)
     );
-    let o = kubectl(
-        &sb,
-        &[
-            "delete",
-            "configmap",
-            "kube-root-ca",
-            "-n",
-            "apps",
-            "--as",
-            sa,
-        ],
-    )
-    .await;
+    let o = kubectl(&sb, &["delete", "configmap", "kube-root-ca", "-n", "apps", "--as", sa]).await;
     assert!(stderr(&o).contains("configmaps \"kube-root-ca\" is forbidden: User \"system:serviceaccount:apps:robot\" cannot delete resource \"configmaps\""), "{}", stderr(&o));
     let o = kubectl(&sb, &["get", "nodes", "--as", sa]).await;
     assert!(
@@ -104,13 +76,7 @@ async fn impersonated_service_account_is_checked_by_rbac() {
     // A user bound to the bootstrap "view" ClusterRole through a group.
     kubectl_ok(
         &sb,
-        &[
-            "create",
-            "clusterrolebinding",
-            "viewers",
-            "--clusterrole=view",
-            "--group=viewers",
-        ],
+        &["create", "clusterrolebinding", "viewers", "--clusterrole=view", "--group=viewers"],
     )
     .await;
     let o = kubectl(
@@ -154,11 +120,7 @@ async fn impersonated_service_account_is_checked_by_rbac() {
     assert_eq!(v["status"]["userInfo"]["username"], sa);
     assert_eq!(
         v["status"]["userInfo"]["groups"],
-        json!([
-            "system:serviceaccounts",
-            "system:serviceaccounts:apps",
-            "system:authenticated"
-        ])
+        json!(["system:serviceaccounts", "system:serviceaccounts:apps", "system:authenticated"])
     );
 }
 
@@ -166,17 +128,8 @@ async fn impersonated_service_account_is_checked_by_rbac() {
 async fn access_reviews_through_kube_rs() {
     let sb = common::sandbox().await;
     let client = sb.client().await.expect("client");
-    kubectl_ok(
-        &sb,
-        &[
-            "create",
-            "clusterrolebinding",
-            "ed",
-            "--clusterrole=edit",
-            "--user=ed",
-        ],
-    )
-    .await;
+    kubectl_ok(&sb, &["create", "clusterrolebinding", "ed", "--clusterrole=edit", "--user=ed"])
+        .await;
     let sar: Api<SubjectAccessReview> = Api::all(client.clone());
     let review = |user: &str, verb: &str, resource: &str| {
         serde_json::from_value::<SubjectAccessReview>(json!({
@@ -184,10 +137,8 @@ async fn access_reviews_through_kube_rs() {
         }))
         .expect("review")
     };
-    let r = sar
-        .create(&PostParams::default(), &review("ed", "update", "secrets"))
-        .await
-        .expect("sar");
+    let r =
+        sar.create(&PostParams::default(), &review("ed", "update", "secrets")).await.expect("sar");
     let st = r.status.expect("status");
     assert!(st.allowed);
     assert_eq!(
@@ -195,10 +146,7 @@ async fn access_reviews_through_kube_rs() {
         Some("RBAC: allowed by ClusterRoleBinding \"ed\" of ClusterRole \"edit\" to User \"ed\"")
     );
     let r = sar
-        .create(
-            &PostParams::default(),
-            &review("ed", "create", "rolebindings"),
-        )
+        .create(&PostParams::default(), &review("ed", "create", "rolebindings"))
         .await
         .expect("sar");
     assert!(!r.status.expect("status").allowed);

@@ -27,15 +27,10 @@ fn serve_and_signal(signal: &str) {
         let rest: Vec<String> = lines.map_while(Result::ok).collect();
         assert!(rest.is_empty(), "unexpected stdout: {rest:?}");
     });
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("ready line");
+    let line = rx.recv_timeout(Duration::from_secs(20)).expect("ready line");
     let url = line.strip_prefix("ready ").expect("ready prefix");
-    let port: u16 = url
-        .strip_prefix("https://127.0.0.1:")
-        .expect("https loopback url")
-        .parse()
-        .expect("port");
+    let port: u16 =
+        url.strip_prefix("https://127.0.0.1:").expect("https loopback url").parse().expect("port");
     assert!(port > 0);
 
     let cfg = std::fs::read_to_string(&kc).expect("kubeconfig written");
@@ -49,11 +44,7 @@ fn serve_and_signal(signal: &str) {
         .args(["version", "-o", "json"])
         .output()
         .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["serverVersion"]["gitVersion"], "v1.33.0");
 
@@ -74,10 +65,7 @@ fn serve_and_signal(signal: &str) {
         );
     }
 
-    let st = Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status()
-        .expect("kill");
+    let st = Command::new("kill").args([signal, &child.id().to_string()]).status().expect("kill");
     assert!(st.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

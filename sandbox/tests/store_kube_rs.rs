@@ -35,25 +35,15 @@ async fn crud_errors_and_optimistic_concurrency() {
     let client = sb.client().await.expect("client");
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
-    let created = cms
-        .create(&PostParams::default(), &cm("a", &[("app", "web")]))
-        .await
-        .expect("create");
+    let created =
+        cms.create(&PostParams::default(), &cm("a", &[("app", "web")])).await.expect("create");
     let meta = &created.metadata;
     assert!(meta.uid.as_deref().is_some_and(|u| u.len() == 36));
     assert!(meta.creation_timestamp.is_some());
-    let rv1: u64 = meta
-        .resource_version
-        .as_deref()
-        .expect("rv")
-        .parse()
-        .expect("numeric rv");
+    let rv1: u64 = meta.resource_version.as_deref().expect("rv").parse().expect("numeric rv");
 
-    let e = api_err(
-        cms.create(&PostParams::default(), &cm("a", &[]))
-            .await
-            .expect_err("duplicate"),
-    );
+    let e =
+        api_err(cms.create(&PostParams::default(), &cm("a", &[])).await.expect_err("duplicate"));
     assert_eq!(
         (e.code, e.reason.as_str(), e.message.as_str()),
         (409, "AlreadyExists", "configmaps \"a\" already exists")
@@ -71,24 +61,11 @@ async fn crud_errors_and_optimistic_concurrency() {
 
     let mut upd = created.clone();
     upd.data = Some(BTreeMap::from([("k".to_string(), "v2".to_string())]));
-    let updated = cms
-        .replace("a", &PostParams::default(), &upd)
-        .await
-        .expect("update");
-    let rv2: u64 = updated
-        .metadata
-        .resource_version
-        .as_deref()
-        .expect("rv")
-        .parse()
-        .expect("rv");
+    let updated = cms.replace("a", &PostParams::default(), &upd).await.expect("update");
+    let rv2: u64 = updated.metadata.resource_version.as_deref().expect("rv").parse().expect("rv");
     assert!(rv2 > rv1);
     // The stale resourceVersion loses.
-    let e = api_err(
-        cms.replace("a", &PostParams::default(), &upd)
-            .await
-            .expect_err("stale"),
-    );
+    let e = api_err(cms.replace("a", &PostParams::default(), &upd).await.expect_err("stale"));
     assert_eq!(e.code, 409);
     assert_eq!(
         e.message,
@@ -98,38 +75,22 @@ async fn crud_errors_and_optimistic_concurrency() {
     // Creating in a missing namespace.
     let other: Api<ConfigMap> = Api::namespaced(client.clone(), "missing");
     let e = api_err(
-        other
-            .create(&PostParams::default(), &cm("x", &[]))
-            .await
-            .expect_err("no namespace"),
+        other.create(&PostParams::default(), &cm("x", &[])).await.expect_err("no namespace"),
     );
-    assert_eq!(
-        (e.code, e.message.as_str()),
-        (404, "namespaces \"missing\" not found")
-    );
+    assert_eq!((e.code, e.message.as_str()), (404, "namespaces \"missing\" not found"));
 
     // Invalid names are 422 Invalid.
     let e = api_err(
-        cms.create(&PostParams::default(), &cm("Bad_Name", &[]))
-            .await
-            .expect_err("invalid"),
+        cms.create(&PostParams::default(), &cm("Bad_Name", &[])).await.expect_err("invalid"),
     );
     assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
     assert!(e.message.starts_with("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain"), "{}", e.message);
 
     // dryRun=All validates but does not persist.
-    let pp = PostParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    cms.create(&pp, &cm("dry", &[]))
-        .await
-        .expect("dry-run create");
+    let pp = PostParams { dry_run: true, ..Default::default() };
+    cms.create(&pp, &cm("dry", &[])).await.expect("dry-run create");
     assert!(cms.get_opt("dry").await.expect("get").is_none());
-    let dp = DeleteParams {
-        dry_run: true,
-        ..Default::default()
-    };
+    let dp = DeleteParams { dry_run: true, ..Default::default() };
     cms.delete("a", &dp).await.expect("dry-run delete");
     assert!(cms.get_opt("a").await.expect("get").is_some());
 
@@ -137,16 +98,11 @@ async fn crud_errors_and_optimistic_concurrency() {
     let mut g = cm("", &[]);
     g.metadata.name = None;
     g.metadata.generate_name = Some("gen-".into());
-    let made = cms
-        .create(&PostParams::default(), &g)
-        .await
-        .expect("generateName");
+    let made = cms.create(&PostParams::default(), &g).await.expect("generateName");
     let n = made.metadata.name.expect("name");
     assert!(n.starts_with("gen-") && n.len() == 9, "{n}");
 
-    cms.delete("a", &DeleteParams::default())
-        .await
-        .expect("delete");
+    cms.delete("a", &DeleteParams::default()).await.expect("delete");
     assert!(cms.get_opt("a").await.expect("get").is_none());
 }
 
@@ -161,40 +117,24 @@ async fn generation_and_status_subresource() {
         "status": {"replicas": 7}
     }))
     .expect("deployment");
-    let d = deps
-        .create(&PostParams::default(), &d)
-        .await
-        .expect("create");
+    let d = deps.create(&PostParams::default(), &d).await.expect("create");
     assert_eq!(d.metadata.generation, Some(1));
-    assert!(
-        d.status.as_ref().is_none_or(|s| s.replicas.is_none()),
-        "status is reset on create"
-    );
+    assert!(d.status.as_ref().is_none_or(|s| s.replicas.is_none()), "status is reset on create");
     // Defaults as kube-apiserver applies them.
     let spec = d.spec.as_ref().expect("spec");
     assert_eq!(spec.replicas, Some(1));
     assert_eq!(spec.revision_history_limit, Some(10));
     assert_eq!(
-        spec.template.spec.as_ref().expect("pod spec").containers[0]
-            .image_pull_policy
-            .as_deref(),
+        spec.template.spec.as_ref().expect("pod spec").containers[0].image_pull_policy.as_deref(),
         Some("IfNotPresent")
     );
 
     let pp = PatchParams::default();
     let d = deps
-        .patch(
-            "web",
-            &pp,
-            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
-        )
+        .patch("web", &pp, &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
         .await
         .expect("label");
-    assert_eq!(
-        d.metadata.generation,
-        Some(1),
-        "metadata changes keep generation"
-    );
+    assert_eq!(d.metadata.generation, Some(1), "metadata changes keep generation");
     let d = deps
         .patch(
             "web",
@@ -203,23 +143,12 @@ async fn generation_and_status_subresource() {
         )
         .await
         .expect("scale");
-    assert_eq!(
-        d.metadata.generation,
-        Some(2),
-        "spec changes bump generation"
-    );
-    assert!(
-        d.status.as_ref().is_none_or(|s| s.replicas.is_none()),
-        "main endpoint ignores status"
-    );
+    assert_eq!(d.metadata.generation, Some(2), "spec changes bump generation");
+    assert!(d.status.as_ref().is_none_or(|s| s.replicas.is_none()), "main endpoint ignores status");
 
     let d = deps.patch_status("web", &pp, &Patch::Merge(json!({"spec": {"replicas": 5}, "status": {"replicas": 3, "observedGeneration": 2}}))).await.expect("status");
     assert_eq!(d.status.as_ref().and_then(|s| s.replicas), Some(3));
-    assert_eq!(
-        d.spec.as_ref().and_then(|s| s.replicas),
-        Some(3),
-        "status endpoint ignores spec"
-    );
+    assert_eq!(d.spec.as_ref().and_then(|s| s.replicas), Some(3), "status endpoint ignores spec");
     assert_eq!(d.metadata.generation, Some(2));
 }
 
@@ -237,25 +166,13 @@ async fn selectors_and_pagination() {
         .await
         .expect("create");
     }
-    let even = cms
-        .list(&ListParams::default().labels("tier=even"))
-        .await
-        .expect("list");
+    let even = cms.list(&ListParams::default().labels("tier=even")).await.expect("list");
     assert_eq!(even.items.len(), 13);
-    let set = cms
-        .list(&ListParams::default().labels("tier in (odd),app"))
-        .await
-        .expect("list");
+    let set = cms.list(&ListParams::default().labels("tier in (odd),app")).await.expect("list");
     assert_eq!(set.items.len(), 12);
-    let not = cms
-        .list(&ListParams::default().labels("tier!=odd,!missing"))
-        .await
-        .expect("list");
+    let not = cms.list(&ListParams::default().labels("tier!=odd,!missing")).await.expect("list");
     assert_eq!(not.items.len(), 13);
-    let by_name = cms
-        .list(&ListParams::default().fields("metadata.name=c03"))
-        .await
-        .expect("list");
+    let by_name = cms.list(&ListParams::default().fields("metadata.name=c03")).await.expect("list");
     assert_eq!(by_name.items.len(), 1);
     let all: Api<ConfigMap> = Api::all(client.clone());
     let by_ns = all
@@ -264,14 +181,9 @@ async fn selectors_and_pagination() {
         .expect("list");
     assert_eq!(by_ns.items.len(), 24);
     let e = api_err(
-        cms.list(&ListParams::default().fields("data.k=v"))
-            .await
-            .expect_err("unsupported field"),
+        cms.list(&ListParams::default().fields("data.k=v")).await.expect_err("unsupported field"),
     );
-    assert_eq!(
-        (e.code, e.message.as_str()),
-        (400, "field label not supported: data.k")
-    );
+    assert_eq!((e.code, e.message.as_str()), (400, "field label not supported: data.k"));
 
     // limit/continue.
     let mut names = vec![];
@@ -307,27 +219,14 @@ async fn raw_watch_replays_from_resource_version_and_sends_410_when_too_old() {
     .await;
     let client = sb.client().await.expect("client");
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
-    let a = cms
-        .create(&PostParams::default(), &cm("a", &[]))
-        .await
-        .expect("create");
+    let a = cms.create(&PostParams::default(), &cm("a", &[])).await.expect("create");
     let rv = a.metadata.resource_version.clone().expect("rv");
-    cms.create(&PostParams::default(), &cm("b", &[]))
-        .await
-        .expect("create");
-    cms.delete("a", &DeleteParams::default())
-        .await
-        .expect("delete");
+    cms.create(&PostParams::default(), &cm("b", &[])).await.expect("create");
+    cms.delete("a", &DeleteParams::default()).await.expect("delete");
 
     let wp = WatchParams::default().timeout(5);
-    let evs: Vec<WatchEvent<ConfigMap>> = cms
-        .watch(&wp, &rv)
-        .await
-        .expect("watch")
-        .take(2)
-        .try_collect()
-        .await
-        .expect("events");
+    let evs: Vec<WatchEvent<ConfigMap>> =
+        cms.watch(&wp, &rv).await.expect("watch").take(2).try_collect().await.expect("events");
     assert!(
         matches!(&evs[0], WatchEvent::Added(c) if c.metadata.name.as_deref() == Some("b")),
         "{evs:?}"
@@ -365,11 +264,7 @@ async fn raw_watch_replays_from_resource_version_and_sends_410_when_too_old() {
         WatchEvent::Error(e) => {
             assert_eq!(e.code, 410);
             assert_eq!(e.reason, "Expired");
-            assert!(
-                e.message.starts_with("too old resource version: "),
-                "{}",
-                e.message
-            );
+            assert!(e.message.starts_with("too old resource version: "), "{}", e.message);
         }
         other => panic!("expected 410, got {other:?}"),
     }
@@ -385,9 +280,7 @@ async fn watcher_over_10000_objects_survives_forced_410() {
         .map(|i| {
             let cms = cms.clone();
             async move {
-                cms.create(&PostParams::default(), &cm(&format!("o{i:05}"), &[]))
-                    .await
-                    .map(|_| ())
+                cms.create(&PostParams::default(), &cm(&format!("o{i:05}"), &[])).await.map(|_| ())
             }
         })
         .buffer_unordered(32)
@@ -409,21 +302,13 @@ async fn watcher_over_10000_objects_survives_forced_410() {
 
     // Force every watch to expire: the watcher must relist and carry on.
     sb.compact();
-    cms.create(&PostParams::default(), &cm("after-410", &[]))
-        .await
-        .expect("create");
-    cms.delete("o00000", &DeleteParams::default())
-        .await
-        .expect("delete");
+    cms.create(&PostParams::default(), &cm("after-410", &[])).await.expect("create");
+    cms.delete("o00000", &DeleteParams::default()).await.expect("delete");
     common::wait_for("post-410 changes", Duration::from_secs(60), || {
         let st = reader.state();
         let ok = st.len() == N
-            && st
-                .iter()
-                .any(|c| c.metadata.name.as_deref() == Some("after-410"))
-            && !st
-                .iter()
-                .any(|c| c.metadata.name.as_deref() == Some("o00000"));
+            && st.iter().any(|c| c.metadata.name.as_deref() == Some("after-410"))
+            && !st.iter().any(|c| c.metadata.name.as_deref() == Some("o00000"));
         async move { ok.then_some(()) }
     })
     .await;
@@ -446,12 +331,8 @@ async fn finalizers_gc_and_namespace_cascade() {
     // Finalizers keep an object with deletionTimestamp until removed.
     let mut f = cm("fin", &[]);
     f.metadata.finalizers = Some(vec!["example.com/hold".into()]);
-    cms.create(&PostParams::default(), &f)
-        .await
-        .expect("create");
-    cms.delete("fin", &DeleteParams::default())
-        .await
-        .expect("delete");
+    cms.create(&PostParams::default(), &f).await.expect("create");
+    cms.delete("fin", &DeleteParams::default()).await.expect("delete");
     let held = cms.get("fin").await.expect("still there");
     assert!(held.metadata.deletion_timestamp.is_some());
     let e = api_err(
@@ -474,38 +355,24 @@ async fn finalizers_gc_and_namespace_cascade() {
     assert!(cms.get_opt("fin").await.expect("get").is_none());
 
     // Owner references: background deletion removes dependents.
-    let owner = cms
-        .create(&PostParams::default(), &cm("owner", &[]))
-        .await
-        .expect("owner");
+    let owner = cms.create(&PostParams::default(), &cm("owner", &[])).await.expect("owner");
     let uid = owner.metadata.uid.clone().expect("uid");
     for i in 0..3 {
         let mut d = cm(&format!("dep{i}"), &[]);
         d.metadata.owner_references = Some(vec![serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid, "blockOwnerDeletion": true})).expect("ref")]);
-        cms.create(&PostParams::default(), &d)
-            .await
-            .expect("dependent");
+        cms.create(&PostParams::default(), &d).await.expect("dependent");
     }
-    cms.delete("owner", &DeleteParams::background())
-        .await
-        .expect("delete owner");
+    cms.delete("owner", &DeleteParams::background()).await.expect("delete owner");
     common::wait_for("dependents collected", Duration::from_secs(10), || {
         let cms = cms.clone();
         async move {
-            cms.list(&ListParams::default())
-                .await
-                .ok()
-                .filter(|l| l.items.is_empty())
-                .map(|_| ())
+            cms.list(&ListParams::default()).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
         }
     })
     .await;
 
     // Foreground: the owner waits (foregroundDeletion finalizer) until dependents are gone.
-    let owner = cms
-        .create(&PostParams::default(), &cm("fg", &[]))
-        .await
-        .expect("owner");
+    let owner = cms.create(&PostParams::default(), &cm("fg", &[])).await.expect("owner");
     let uid = owner.metadata.uid.clone().expect("uid");
     let mut d = cm("fgdep", &[]);
     d.metadata.owner_references = Some(vec![
@@ -514,29 +381,18 @@ async fn finalizers_gc_and_namespace_cascade() {
         )
         .expect("ref"),
     ]);
-    cms.create(&PostParams::default(), &d)
-        .await
-        .expect("dependent");
-    cms.delete("fg", &DeleteParams::foreground())
-        .await
-        .expect("delete owner");
+    cms.create(&PostParams::default(), &d).await.expect("dependent");
+    cms.delete("fg", &DeleteParams::foreground()).await.expect("delete owner");
     common::wait_for("foreground done", Duration::from_secs(10), || {
         let cms = cms.clone();
         async move {
-            cms.list(&ListParams::default())
-                .await
-                .ok()
-                .filter(|l| l.items.is_empty())
-                .map(|_| ())
+            cms.list(&ListParams::default()).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
         }
     })
     .await;
 
     // Orphan: dependents stay, without the owner reference.
-    let owner = cms
-        .create(&PostParams::default(), &cm("orph", &[]))
-        .await
-        .expect("owner");
+    let owner = cms.create(&PostParams::default(), &cm("orph", &[])).await.expect("owner");
     let uid = owner.metadata.uid.clone().expect("uid");
     let mut d = cm("orphdep", &[]);
     d.metadata.owner_references = Some(vec![
@@ -545,47 +401,28 @@ async fn finalizers_gc_and_namespace_cascade() {
         )
         .expect("ref"),
     ]);
-    cms.create(&PostParams::default(), &d)
-        .await
-        .expect("dependent");
-    cms.delete("orph", &DeleteParams::orphan())
-        .await
-        .expect("delete owner");
+    cms.create(&PostParams::default(), &d).await.expect("dependent");
+    cms.delete("orph", &DeleteParams::orphan()).await.expect("delete owner");
     common::wait_for("orphaned", Duration::from_secs(10), || {
         let cms = cms.clone();
         async move {
             let l = cms.list(&ListParams::default()).await.ok()?;
             (l.items.len() == 1
-                && l.items[0]
-                    .metadata
-                    .owner_references
-                    .as_ref()
-                    .is_none_or(|r| r.is_empty()))
+                && l.items[0].metadata.owner_references.as_ref().is_none_or(|r| r.is_empty()))
             .then_some(())
         }
     })
     .await;
 
     // Namespace deletion cascades to its content, then the namespace goes away.
-    nss.delete("t1", &DeleteParams::default())
-        .await
-        .expect("delete ns");
+    nss.delete("t1", &DeleteParams::default()).await.expect("delete ns");
     common::wait_for("namespace gone", Duration::from_secs(10), || {
         let nss = nss.clone();
-        async move {
-            nss.get_opt("t1")
-                .await
-                .ok()
-                .flatten()
-                .is_none()
-                .then_some(())
-        }
+        async move { nss.get_opt("t1").await.ok().flatten().is_none().then_some(()) }
     })
     .await;
     let all: Api<ConfigMap> = Api::all(client);
-    let left = all
-        .list(&ListParams::default().fields("metadata.namespace=t1"))
-        .await
-        .expect("list");
+    let left =
+        all.list(&ListParams::default().fields("metadata.namespace=t1")).await.expect("list");
     assert!(left.items.is_empty());
 }

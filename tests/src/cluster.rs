@@ -11,15 +11,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use ksync_sandbox::{Sandbox, SandboxOptions};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use ksync_sandbox::{Sandbox, SandboxOptions};
 
 /// Environment variable naming a real cluster's kubeconfig to run the e2e suite against.
 pub const REAL_CLUSTER_ENV: &str = "KSYNC_E2E_KUBECONFIG";
 
 /// The API server the tests talk to.
-#[derive(Debug)]
 pub struct TestCluster {
     _sandbox: Option<Sandbox>,
     kubeconfig: PathBuf,
@@ -39,7 +38,8 @@ impl TestCluster {
         };
         let kc = kube::config::Kubeconfig::read_from(&kubeconfig)?;
         let config =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default()).await?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await?;
         let client = kube::Client::try_from(config)?;
         let cluster = TestCluster { _sandbox: sandbox, kubeconfig, client };
         cluster.install_crds().await?;
@@ -62,10 +62,15 @@ impl TestCluster {
         let params = PatchParams::apply("kuvryn-sync-tests").force();
         for crd in kuvryn_sync::api::crds() {
             let name = crd.metadata.name.clone().context("CRD name")?;
-            api.patch(&name, &params, &Patch::Apply(&crd)).await.with_context(|| format!("apply CRD {name}"))?;
-            tokio::time::timeout(Duration::from_secs(30), await_condition(api.clone(), &name, conditions::is_crd_established()))
+            api.patch(&name, &params, &Patch::Apply(&crd))
                 .await
-                .with_context(|| format!("CRD {name} not Established within 30s"))??;
+                .with_context(|| format!("apply CRD {name}"))?;
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                await_condition(api.clone(), &name, conditions::is_crd_established()),
+            )
+            .await
+            .with_context(|| format!("CRD {name} not Established within 30s"))??;
         }
         Ok(())
     }
@@ -77,8 +82,16 @@ impl TestCluster {
         let ns: Namespace = serde_json::from_value(serde_json::json!({
             "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
         }))?;
-        api.create(&PostParams::default(), &ns).await.with_context(|| format!("create namespace {name}"))?;
+        api.create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("create namespace {name}"))?;
         Ok(name)
+    }
+}
+
+impl std::fmt::Debug for TestCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCluster").field("kubeconfig", &self.kubeconfig).finish()
     }
 }
 
@@ -100,13 +113,12 @@ where
     Fut: Future<Output = Result<(Option<T>, String)>>,
 {
     let start = Instant::now();
-    let mut last = String::new();
     loop {
-        match check().await {
+        let last = match check().await {
             Ok((Some(value), _)) => return Ok(value),
-            Ok((None, observed)) => last = observed,
-            Err(err) => last = format!("error: {err:#}"),
-        }
+            Ok((None, observed)) => observed,
+            Err(err) => format!("error: {err:#}"),
+        };
         if start.elapsed() > deadline {
             bail!("timed out after {deadline:?} waiting for {what}; last observed: {last}");
         }
@@ -140,7 +152,12 @@ impl ControllerProcess {
         let child = Command::new(workspace_binary("kuvryn-sync-controller")?)
             .env("KUBECONFIG", cluster.kubeconfig())
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
-            .args(["--metrics-bind-address", "127.0.0.1:0", "--leader-election-namespace", "default"])
+            .args([
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+                "--leader-election-namespace",
+                "default",
+            ])
             .arg("--cache-dir")
             .arg(cache.path())
             .args(extra_args)

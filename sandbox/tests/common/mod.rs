@@ -10,9 +10,7 @@ use std::time::Duration;
 pub const KUBECTL: &str = "/usr/bin/kubectl";
 
 pub async fn sandbox() -> Sandbox {
-    Sandbox::start(SandboxOptions::default())
-        .await
-        .expect("sandbox starts")
+    Sandbox::start(SandboxOptions::default()).await.expect("sandbox starts")
 }
 
 pub async fn sandbox_with(opts: SandboxOptions) -> Sandbox {
@@ -27,10 +25,7 @@ pub async fn kubectl_in(sb: &Sandbox, args: &[&str], stdin: Option<&str>) -> Out
     cmd.stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    cmd.env(
-        "KUBECACHEDIR",
-        sb.kubeconfig_path().with_file_name("kubecache"),
-    );
+    cmd.env("KUBECACHEDIR", sb.kubeconfig_path().with_file_name("kubecache"));
     let mut child = cmd.spawn().expect("kubectl runs");
     let mut si = child.stdin.take().expect("stdin");
     if let Some(s) = stdin {
@@ -89,10 +84,7 @@ where
         if let Some(v) = cond().await {
             return v;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -201,8 +201,8 @@ fn connect_and_fetch(
         ),
         None | Some(GitAuth::Basic { .. }) => None,
     };
-    // The repository is opened isolated; these are the only settings that apply. Without ssh
-    // credentials, ssh still runs strictly (batch mode, no agent, no known hosts).
+    // An ssh remote without ssh credentials still runs ssh through the strict wrapper (batch mode,
+    // no agent, no user config, nothing in known_hosts).
     let is_ssh = gix::url::parse(req.url.as_bytes().as_bstr())
         .is_ok_and(|u| u.scheme == gix::url::Scheme::Ssh);
     let ssh = match ssh {
@@ -215,8 +215,9 @@ fn connect_and_fetch(
     };
     {
         let mut config = repo.config_snapshot_mut();
-        // Without ssh credentials, ssh still runs through a strict wrapper; anything else never
-        // spawns ssh, so point it at a program that does not exist.
+        // The repository is opened isolated (no system, global or environment configuration);
+        // these in-memory settings are the only ones that apply. Non-ssh remotes never spawn ssh,
+        // so the command points at a program that does not exist.
         let program = ssh.as_ref().map_or_else(
             || "/nonexistent/ssh".to_owned(),
             |s| s.program().to_string_lossy().into_owned(),
