@@ -48,29 +48,23 @@ pub fn decide(
     let was_ready = status.state == RepositoryState::Ready;
     let previous_revision = status.observed_revision.clone();
 
+    if let Outcome::Resolved { commit } | Outcome::DiscoveryRefused { commit, .. } = outcome {
+        status.observed_revision = Some(commit.clone());
+        status.last_fetched_at = Some(now.clone());
+    }
     let (state, reason, message, condition_status) = match outcome {
-        Outcome::Resolved { commit } => {
-            status.observed_revision = Some(commit.clone());
-            status.last_fetched_at = Some(now.clone());
-            let message = format!("resolved to commit {commit}");
-            (
-                RepositoryState::Ready,
-                ConditionReason::FetchSucceeded.as_str(),
-                message,
-                Status::True,
-            )
-        }
-        Outcome::DiscoveryRefused { commit, message } => {
-            status.observed_revision = Some(commit.clone());
-            status.last_fetched_at = Some(now.clone());
-            let message = format!("discovery refused at commit {commit}: {message}");
-            (
-                RepositoryState::Failed,
-                FailureReason::ValidationFailure.as_str(),
-                message,
-                Status::False,
-            )
-        }
+        Outcome::Resolved { commit } => (
+            RepositoryState::Ready,
+            ConditionReason::FetchSucceeded.as_str(),
+            format!("resolved to commit {commit}"),
+            Status::True,
+        ),
+        Outcome::DiscoveryRefused { commit, message } => (
+            RepositoryState::Failed,
+            FailureReason::ValidationFailure.as_str(),
+            format!("discovery refused at commit {commit}: {message}"),
+            Status::False,
+        ),
         Outcome::Failed { reason, message } => {
             (RepositoryState::Failed, reason.as_str(), message.clone(), Status::False)
         }
