@@ -24,7 +24,7 @@ use kuvryn_sync::source::credentials::{self, GitCredentials};
 use kuvryn_sync::source::discovery::{
     self, ConfigFileRead, DiscoveryError, DiscoveryPlan, MAX_CONFIG_FILE_BYTES, MAX_SYMLINK_HOPS,
 };
-use kuvryn_sync::source::git::{FetchRequest, GitAuth, GitCache};
+use kuvryn_sync::source::git::{FetchRequest, GitCache, REMOTE_HEAD};
 use kuvryn_sync::source::url::GitUrl;
 
 /// Field manager of everything the Repository reconciler writes.
@@ -125,8 +125,10 @@ async fn observe(
         }
     };
 
-    let mut request =
-        FetchRequest::new(git.url.clone(), git.revision.clone().unwrap_or_else(|| "HEAD".into()));
+    let mut request = FetchRequest::new(
+        git.url.clone(),
+        git.revision.clone().unwrap_or_else(|| REMOTE_HEAD.into()),
+    );
     request.timeout = ctx.git_timeout;
     let mut redactor = Redactor::new();
     if let Some(auth) = git.auth.as_ref() {
@@ -149,7 +151,7 @@ async fn observe(
                     credentials::GitAuth::Basic(basic) => basic.ca_bundle.clone(),
                     credentials::GitAuth::Ssh(_) => None,
                 };
-                request.credentials = Some(fetch_auth(&creds));
+                request.credentials = Some(creds.auth.clone());
             }
             Err(err) => {
                 return Ok((failed(err.reason(), redactor.redact(&err.to_string())), redactor));
@@ -200,18 +202,6 @@ async fn observe(
             Outcome::DiscoveryRefused { commit, message: redactor.redact(&refusal.to_string()) },
             redactor,
         )),
-    }
-}
-
-fn fetch_auth(creds: &GitCredentials) -> GitAuth {
-    match &creds.auth {
-        credentials::GitAuth::Basic(basic) => {
-            GitAuth::Basic { username: basic.username.clone(), password: basic.password.clone() }
-        }
-        credentials::GitAuth::Ssh(ssh) => GitAuth::Ssh {
-            private_key: ssh.private_key.clone(),
-            known_hosts: ssh.known_hosts.clone(),
-        },
     }
 }
 

@@ -13,7 +13,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail, ensure};
-use kuvryn_sync::source::git::{FetchRequest, GitAuth, GitCache};
+use kuvryn_sync::source::git::{BasicAuth, FetchRequest, GitAuth, GitCache};
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon, HttpsGit, git, run};
 use secrecy::SecretString;
 
@@ -169,10 +169,11 @@ fn main() -> Result<()> {
             let url = server.url(&repo.name);
             let mut req = FetchRequest::new(&url, "main");
             req.timeout = Duration::from_secs(30);
-            req.credentials = Some(GitAuth::Basic {
+            req.credentials = Some(GitAuth::Basic(BasicAuth {
                 username: "bench".into(),
                 password: SecretString::from("bench-password-1"),
-            });
+                ca_bundle: None,
+            }));
             req.ca_certs_pem = Some(server.ca_pem.clone());
             let env = [
                 ("GIT_SSL_CAINFO", server.ca_file.display().to_string()),

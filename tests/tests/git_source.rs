@@ -7,7 +7,7 @@ use std::{
 
 use kuvryn_sync::{
     api::FailureReason,
-    source::git::{FetchRequest, GitAuth, GitCache, GitError},
+    source::git::{BasicAuth, FetchRequest, GitAuth, GitCache, GitError, REMOTE_HEAD, SshAuth},
 };
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon, HttpsGit, SshGit};
 use secrecy::SecretString;
@@ -88,6 +88,8 @@ fn branches_tags_and_exact_commits_resolve_to_commits() {
     let resolve = |rev: &str| cache.resolve(&request(&url, rev));
 
     assert_eq!(resolve("main").expect("main").commit, third);
+    // The remote's default branch, for Repositories without spec.git.revision.
+    assert_eq!(resolve(REMOTE_HEAD).expect("remote HEAD").commit, third);
     assert_eq!(resolve("refs/heads/main").expect("full ref").commit, third);
     assert_eq!(resolve("feature").expect("feature").commit, feature);
     assert_eq!(resolve("v1.0.0").expect("annotated tag peeled").commit, first);
@@ -129,8 +131,11 @@ fn https_setup(name: &str) -> (tempfile::TempDir, BareRepo, HttpsGit) {
 
 fn https_request(server: &HttpsGit, repo: &BareRepo, password: &str) -> FetchRequest {
     let mut req = request(&server.url(&repo.name), "main");
-    req.credentials =
-        Some(GitAuth::Basic { username: "bot".into(), password: SecretString::from(password) });
+    req.credentials = Some(GitAuth::Basic(BasicAuth {
+        username: "bot".into(),
+        password: SecretString::from(password),
+        ca_bundle: None,
+    }));
     req.cache_identity = format!("ns/creds/{password}");
     req.ca_certs_pem = Some(server.ca_pem.clone());
     req
@@ -183,10 +188,10 @@ fn ssh_setup(name: &str) -> (tempfile::TempDir, BareRepo, SshGit) {
 
 fn ssh_request(server: &SshGit, repo: &BareRepo, key: &str, known_hosts: &str) -> FetchRequest {
     let mut req = request(&server.url(&repo.name), "main");
-    req.credentials = Some(GitAuth::Ssh {
+    req.credentials = Some(GitAuth::Ssh(SshAuth {
         private_key: SecretString::from(key),
         known_hosts: known_hosts.to_owned(),
-    });
+    }));
     req.cache_identity = format!("ssh/{}", known_hosts.len());
     req
 }
@@ -362,19 +367,22 @@ fn secret_values_never_appear_in_error_messages() {
     let cache = cache(dir.path());
     let port = kuvryn_sync_tests::servers::free_port().expect("port");
     let mut req = request(&format!("https://127.0.0.1:{port}/git/x.git"), "main");
-    req.credentials =
-        Some(GitAuth::Basic { username: "bot".into(), password: SecretString::from(CANARY) });
+    req.credentials = Some(GitAuth::Basic(BasicAuth {
+        username: "bot".into(),
+        password: SecretString::from(CANARY),
+        ca_bundle: None,
+    }));
     let err = cache.resolve(&req).expect_err("nothing listens there");
     assert_eq!(err.reason(), FailureReason::SourceFailure, "{err}");
     assert!(!err.to_string().contains(CANARY), "{err}");
 
     let mut ssh = request(&format!("ssh://git@127.0.0.1:{port}/x.git"), "main");
-    ssh.credentials = Some(GitAuth::Ssh {
+    ssh.credentials = Some(GitAuth::Ssh(SshAuth {
         private_key: SecretString::from(format!(
             "-----BEGIN OPENSSH PRIVATE KEY-----\n{CANARY}\n-----END OPENSSH PRIVATE KEY-----"
         )),
         known_hosts: String::new(),
-    });
+    }));
     let err = cache.resolve(&ssh).expect_err("nothing listens there");
     assert!(!err.to_string().contains(CANARY), "{err}");
     assert!(!format!("{err:?}").contains(CANARY), "{err:?}");
@@ -409,8 +417,11 @@ fn redirects_to_another_host_are_not_followed_so_credentials_stay_home() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cache = cache(dir.path());
     let mut req = request(&format!("http://127.0.0.1:{port}/git/x.git"), "main");
-    req.credentials =
-        Some(GitAuth::Basic { username: "bot".into(), password: SecretString::from(CANARY) });
+    req.credentials = Some(GitAuth::Basic(BasicAuth {
+        username: "bot".into(),
+        password: SecretString::from(CANARY),
+        ca_bundle: None,
+    }));
     let err = cache.resolve(&req).expect_err("a redirect is not followed");
     assert!(served.load(Ordering::SeqCst) >= 1, "the redirector was asked");
     assert!(

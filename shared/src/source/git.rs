@@ -34,30 +34,18 @@ use std::{
     time::Duration,
 };
 
-use secrecy::{ExposeSecret, SecretString};
+use secrecy::ExposeSecret;
 
 use crate::{api::FailureReason, redact::Redactor};
 
 pub use store::{CacheStats, CheckedOutTree, GitCache};
 
-/// Credentials for a Git remote, parsed from a labelled Secret.
-#[derive(Clone, Debug)]
-pub enum GitAuth {
-    /// https basic auth: a username and a password or token.
-    Basic {
-        /// The user name (not secret, but never logged with the password).
-        username: String,
-        /// The password or token.
-        password: SecretString,
-    },
-    /// ssh with a private key and the pinned host keys.
-    Ssh {
-        /// The private key (OpenSSH or PEM format).
-        private_key: SecretString,
-        /// `known_hosts` lines for the remote; host keys are checked strictly against them.
-        known_hosts: String,
-    },
-}
+/// Credentials for a Git remote: the form [`super::credentials`] parses from a labelled Secret.
+pub use super::credentials::{BasicAuth, GitAuth, SshAuth};
+
+/// The revision that names the remote's default branch (its `HEAD`), used when a Repository
+/// sets no `spec.git.revision`.
+pub const REMOTE_HEAD: &str = "HEAD";
 
 /// What to resolve or check out.
 #[derive(Clone, Debug)]
@@ -95,10 +83,8 @@ impl FetchRequest {
     pub fn redactor(&self) -> Redactor {
         let mut redactor = Redactor::new();
         match &self.credentials {
-            Some(GitAuth::Basic { password, .. }) => redactor.add_secret(password.expose_secret()),
-            Some(GitAuth::Ssh { private_key, .. }) => {
-                redactor.add_secret(private_key.expose_secret())
-            }
+            Some(GitAuth::Basic(basic)) => redactor.add_secret(basic.password.expose_secret()),
+            Some(GitAuth::Ssh(ssh)) => redactor.add_secret(ssh.private_key.expose_secret()),
             None => {}
         }
         redactor

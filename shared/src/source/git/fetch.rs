@@ -18,7 +18,10 @@ use gix::{
 };
 use secrecy::ExposeSecret;
 
-use super::{FetchRequest, GitAuth, GitError, is_full_commit, ssh::SshCommand, validate_revision};
+use super::{
+    FetchRequest, GitAuth, GitError, REMOTE_HEAD, is_full_commit, ssh::SshCommand,
+    validate_revision,
+};
 use crate::redact::Redactor;
 
 /// Prefix of every ref we write into a cache repository.
@@ -50,7 +53,7 @@ fn wanted(revision: &str, redactor: &Redactor) -> Result<Wanted, GitError> {
         });
     }
     validate_revision(revision, redactor)?;
-    let names = if revision.starts_with("refs/") {
+    let names = if revision == REMOTE_HEAD || revision.starts_with("refs/") {
         vec![revision.to_owned()]
     } else {
         vec![format!("refs/heads/{revision}"), format!("refs/tags/{revision}")]
@@ -195,11 +198,11 @@ fn connect_and_fetch(
     shallow: Shallow,
 ) -> Result<Outcome, GitError> {
     let ssh = match &req.credentials {
-        Some(GitAuth::Ssh { private_key, known_hosts }) => Some(
-            SshCommand::prepare(private_key, known_hosts, req.timeout)
+        Some(GitAuth::Ssh(ssh)) => Some(
+            SshCommand::prepare(&ssh.private_key, &ssh.known_hosts, req.timeout)
                 .map_err(|e| GitError::cache(redactor, "preparing ssh", e))?,
         ),
-        None | Some(GitAuth::Basic { .. }) => None,
+        None | Some(GitAuth::Basic(_)) => None,
     };
     // An ssh remote without ssh credentials still runs ssh through the strict wrapper (batch mode,
     // no agent, no user config, nothing in known_hosts).
@@ -281,7 +284,7 @@ fn connect_and_fetch(
     }
     let expected = authority(req.url.as_bytes().as_bstr());
     let basic = match &req.credentials {
-        Some(GitAuth::Basic { username, password }) => Some((username.clone(), password.clone())),
+        Some(GitAuth::Basic(basic)) => Some((basic.username.clone(), basic.password.clone())),
         _ => None,
     };
     connection.set_credentials(move |action| {
