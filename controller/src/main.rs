@@ -1,9 +1,9 @@
 //! `kuvryn-sync-controller`: reconciles Repositories, Applications, Revisions and ImagePolicies.
 //!
 //! This binary wires things together and keeps no decisions of its own: those live in the
-//! `kuvryn-sync` crate. So far it connects to the cluster, checks that every Kuvryn Sync CRD is
-//! served (readiness waits for it) and serves `/healthz`, `/readyz` and `/metrics`; the
-//! reconcilers register here as they arrive.
+//! `kuvryn-sync` crate. It serves `/healthz`, `/readyz` (ready once every Kuvryn Sync CRD is
+//! served) and `/metrics`, takes the leader Lease, and while it leads runs the reconcilers: so
+//! far the Repository reconciler (`repository`); the others register here as they arrive.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,6 +17,7 @@ use anyhow::Context;
 use clap::Parser;
 use kube::api::{Api, ListParams};
 use kube::runtime::events::Reporter;
+use kube_lease_manager::LeaseManagerBuilder;
 use kuvryn_sync::api::{
     Application, HealthCheck, ImagePolicy, NotificationSink, Repository, Revision,
 };
@@ -24,6 +25,9 @@ use kuvryn_sync::metrics::ControllerMetrics;
 use kuvryn_sync::ops::{self, LogFormat, Readiness};
 use kuvryn_sync::source::git::GitCache;
 use prometheus_client::registry::Registry;
+
+/// Name of the leader-election Lease.
+const LEASE_NAME: &str = "kuvryn-sync-controller";
 
 /// Kuvryn Sync controller.
 #[derive(Debug, Parser)]
@@ -93,15 +97,58 @@ async fn main() -> anyhow::Result<()> {
         default_poll_interval: args.default_poll_interval,
         git_timeout: args.git_timeout,
     });
-    tokio::spawn(wait_for_crds(client, readiness));
-    let controllers_stop = tokio_util::sync::CancellationToken::new();
-    let repository_controller =
-        tokio::spawn(repository::run(repositories, controllers_stop.clone().cancelled_owned()));
-    stop.await;
-    controllers_stop.cancel();
+    tokio::spawn(wait_for_crds(client.clone(), readiness));
+    let mut stop = std::pin::pin!(stop);
+
+    // Only the holder of the Lease reconciles; the other replicas wait as warm standbys.
+    let identity = std::env::var("POD_NAME")
+        .unwrap_or_else(|_| format!("kuvryn-sync-controller-{}", std::process::id()));
+    let lease = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
+        .with_namespace(&args.leader_election_namespace)
+        .with_identity(&identity)
+        .with_duration(15)
+        .with_grace(5)
+        .build()
+        .await
+        .context("cannot set up leader election")?;
+    let (mut leader, lease_task) = lease.watch().await;
+    tracing::info!(%identity, lease = LEASE_NAME, "waiting to become the leader");
+    let elected = tokio::select! {
+        changed = leader.wait_for(|is_leader| *is_leader) => changed.is_ok(),
+        () = &mut stop => false,
+    };
+    let mut lost_leadership = false;
+    if elected {
+        tracing::info!(%identity, "became the leader; reconciling");
+        let controllers_stop = tokio_util::sync::CancellationToken::new();
+        let repository_controller =
+            tokio::spawn(repository::run(repositories, controllers_stop.clone().cancelled_owned()));
+        tokio::select! {
+            () = &mut stop => {},
+            _ = leader.wait_for(|is_leader| !*is_leader) => lost_leadership = true,
+        }
+        controllers_stop.cancel();
+        repository_controller.await.context("repository controller task")?;
+    }
     ops_stop.cancel();
-    repository_controller.await.context("repository controller task")?;
+    // Closing the channel ends the lease task; release the Lease so a standby takes over at once.
+    // Bounded: a slow API server must not keep a terminating Pod alive.
+    drop(leader);
+    let release = async {
+        if let Ok(Ok(manager)) = lease_task.await
+            && let Err(err) = manager.release().await
+        {
+            tracing::warn!(%err, "cannot release the leader Lease");
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(5), release).await.is_err() {
+        tracing::warn!("releasing the leader Lease timed out; it expires on its own");
+    }
     ops_server.await.context("ops server task")?.context("ops server")?;
+    if lost_leadership {
+        // Another replica holds the Lease now; exit so this one restarts as a standby.
+        anyhow::bail!("lost leadership of Lease {LEASE_NAME}");
+    }
     tracing::info!("controller stopped");
     Ok(())
 }

@@ -13,6 +13,7 @@ pub mod resources;
 pub mod schema;
 pub mod selector;
 pub mod server;
+pub mod simulator;
 pub mod smp;
 pub mod status;
 pub mod store;
@@ -145,6 +146,9 @@ impl Sandbox {
         };
         let server_url = format!("https://{addr}");
         write_private(&kubeconfig, &kubeconfig_yaml(&server_url, &pki.ca_pem, &token))?;
+        if opts.simulate_workloads {
+            tasks.push(simulator::start(&kubeconfig).await?);
+        }
         Ok(Sandbox { addr, kubeconfig, store, handle, _tmp: tmp, tasks })
     }
 

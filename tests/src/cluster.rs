@@ -148,16 +148,26 @@ pub struct ControllerProcess {
 impl ControllerProcess {
     /// Start the controller against `cluster` with extra flags.
     pub fn start(cluster: &TestCluster, extra_args: &[&str]) -> Result<Self> {
+        Self::start_as(
+            cluster,
+            &format!("kuvryn-sync-controller-test-{}", random_suffix()),
+            extra_args,
+        )
+    }
+
+    /// Start the controller with `POD_NAME` (its leader-election identity) set to `identity`.
+    pub fn start_as(cluster: &TestCluster, identity: &str, extra_args: &[&str]) -> Result<Self> {
         let cache = tempfile::tempdir()?;
         let child = Command::new(workspace_binary("kuvryn-sync-controller")?)
             .env("KUBECONFIG", cluster.kubeconfig())
+            .env("POD_NAME", identity)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
-            .args([
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-                "--leader-election-namespace",
-                "default",
-            ])
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .args(if extra_args.contains(&"--leader-election-namespace") {
+                &[][..]
+            } else {
+                &["--leader-election-namespace", "default"][..]
+            })
             .arg("--cache-dir")
             .arg(cache.path())
             .args(extra_args)
@@ -167,6 +177,25 @@ impl ControllerProcess {
             .spawn()
             .context("start kuvryn-sync-controller")?;
         Ok(ControllerProcess { child, _cache: cache })
+    }
+}
+
+impl ControllerProcess {
+    /// Send SIGTERM and wait (up to `deadline`) for the exit status. Async, so that an
+    /// in-process sandbox on the same runtime keeps serving the controller meanwhile.
+    pub async fn terminate(&mut self, deadline: Duration) -> Result<std::process::ExitStatus> {
+        let pid = i32::try_from(self.child.id()).context("pid")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM)?;
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if start.elapsed() > deadline {
+                bail!("the controller did not exit within {deadline:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

@@ -150,7 +150,7 @@ fn observed_revision(repo: &Repository) -> Option<String> {
     repo.status.as_ref()?.observed_revision.clone()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn git_daemon_source_resolves_and_follows_a_push_within_two_seconds() -> Result<()> {
     let env = env("repo-git").await?;
     let root = tempfile::tempdir()?;
@@ -194,7 +194,7 @@ async fn git_daemon_source_resolves_and_follows_a_push_within_two_seconds() -> R
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_basic_auth_needs_a_labelled_secret_and_the_right_password() -> Result<()> {
     const CANARY: &str = "canary-7c1e-wrong-password";
     let env = env("repo-https").await?;
@@ -251,7 +251,7 @@ async fn https_basic_auth_needs_a_labelled_secret_and_the_right_password() -> Re
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssh_source_uses_the_key_and_checks_the_pinned_host_key() -> Result<()> {
     let env = env("repo-ssh").await?;
     let root = tempfile::tempdir()?;
@@ -290,7 +290,7 @@ async fn ssh_source_uses_the_key_and_checks_the_pinned_host_key() -> Result<()> 
     Ok(())
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_urls_and_plain_paths_are_refused() -> Result<()> {
     let env = env("repo-url").await?;
     for (name, url) in
@@ -319,7 +319,7 @@ async fn file_urls_and_plain_paths_are_refused() -> Result<()> {
 
 const VALID: &str = "applications:\n  - metadata:\n      name: web\n    spec:\n      source:\n        path: apps/web\n        render:\n          type: yaml\n      destination:\n        namespace: web\n";
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_creates_refuses_forbidden_fields_without_changes_and_deletes_removed()
 -> Result<()> {
     let env = env("repo-disc").await?;
