@@ -4,6 +4,7 @@
 //! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses
 //! (DESIGN §5, issue 3).
 
+pub mod admission;
 pub mod authz;
 pub mod builtin;
 pub mod fields;
@@ -59,6 +60,7 @@ pub struct Sandbox {
     addr: SocketAddr,
     kubeconfig: PathBuf,
     store: Arc<store::Store>,
+    app: Arc<server::App>,
     handle: axum_server::Handle<SocketAddr>,
     _tmp: Option<TempDir>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -104,7 +106,9 @@ impl Sandbox {
             admin_token: token.clone(),
             addr,
             bookmark_interval: opts.bookmark_interval,
+            services: admission::ServiceMap::default(),
         });
+        let app_handle = app.clone();
         let router = axum::Router::new().fallback(
             move |method: axum::http::Method,
                   uri: axum::http::Uri,
@@ -152,6 +156,7 @@ impl Sandbox {
             addr,
             kubeconfig,
             store,
+            app: app_handle,
             handle,
             _tmp: tmp,
             tasks,
@@ -179,6 +184,12 @@ impl Sandbox {
     /// clients must relist.
     pub fn compact(&self) {
         self.store.compact();
+    }
+
+    /// Route webhook `clientConfig.service` references to `ns/name` to a local address; the TLS
+    /// server name stays `name.ns.svc`, as kube-apiserver uses it.
+    pub fn map_service(&self, namespace: &str, name: &str, addr: SocketAddr) {
+        self.app.services.insert(namespace, name, addr);
     }
 
     /// A kube-rs client for the admin.

@@ -29,6 +29,7 @@ pub struct App {
     pub admin_token: String,
     pub addr: std::net::SocketAddr,
     pub bookmark_interval: Duration,
+    pub services: crate::admission::ServiceMap,
 }
 
 pub type Query = HashMap<String, String>;
@@ -342,6 +343,44 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     }
 }
 
+/// Run admission webhooks on a prepared write, mutating it in place.
+async fn admit(
+    app: &App,
+    user: &UserInfo,
+    p: &mut store::Pending,
+    operation: &'static str,
+    o: &WriteOpts,
+    q: &Query,
+) -> ApiResult<Vec<String>> {
+    let name = store::name_of(&p.obj).to_string();
+    let ns = store::ns_of(&p.obj).to_string();
+    let kind = if operation == "CREATE" {
+        "CreateOptions"
+    } else if q.contains_key("force") || p.subresource.is_empty() && p.old.is_some() {
+        "UpdateOptions"
+    } else {
+        "PatchOptions"
+    };
+    let old = p.old.clone();
+    let req = crate::admission::Request {
+        ri: &p.ri,
+        operation,
+        subresource: &p.subresource,
+        namespace: &ns,
+        name: &name,
+        user,
+        old: old.as_deref(),
+        dry_run: o.dry_run,
+        options: json!({"kind": kind, "apiVersion": "meta.k8s.io/v1", "fieldManager": o.field_manager}),
+    };
+    let mut obj = Some(p.obj.clone());
+    let warnings = crate::admission::admit(&app.store, &app.services, &req, &mut obj).await?;
+    if let Some(obj) = obj {
+        p.obj = obj;
+    }
+    Ok(warnings)
+}
+
 /// `Some(includeObject)` when the client asked for a Table (`Accept: ...;as=Table;...`).
 fn table_request(headers: &HeaderMap, q: &Query) -> Option<String> {
     let accept = headers
@@ -520,7 +559,9 @@ async fn resource_request(
             let o = write_opts(q, headers)?;
             let obj = decode_body(headers, &body)?;
             let warnings = field_validation(ri, &obj, q)?;
-            let p = store.prepare_create(ri, &ns, obj, &o)?;
+            let mut p = store.prepare_create(ri, &ns, obj, &o)?;
+            let mut warnings = warnings;
+            warnings.extend(admit(app, user, &mut p, "CREATE", &o, q).await?);
             let created = store.commit(p, o.dry_run)?;
             Ok(with_warnings(json_response(201, &created), &warnings))
         }
@@ -548,7 +589,9 @@ async fn resource_request(
                 return Ok(json_response(200, &scale_of(ri, &done)));
             }
             let warnings = field_validation(ri, &obj, q)?;
-            let p = store.prepare_update(ri, &ns, name, obj, &t.sub, &o)?;
+            let mut p = store.prepare_update(ri, &ns, name, obj, &t.sub, &o)?;
+            let mut warnings = warnings;
+            warnings.extend(admit(app, user, &mut p, "UPDATE", &o, q).await?);
             let updated = store.commit(p, o.dry_run)?;
             Ok(with_warnings(json_response(200, &updated), &warnings))
         }
@@ -595,8 +638,10 @@ async fn resource_request(
             }
             let mut last = None;
             for _ in 0..5 {
-                let p = store.prepare_patch(ri, &ns, name, &ct, &body, &t.sub, &o)?;
+                let mut p = store.prepare_patch(ri, &ns, name, &ct, &body, &t.sub, &o)?;
                 let created = p.old.is_none();
+                let op = if created { "CREATE" } else { "UPDATE" };
+                warnings.extend(admit(app, user, &mut p, op, &o, q).await?);
                 match store.commit(p, o.dry_run) {
                     Ok(v) => {
                         return Ok(with_warnings(
@@ -623,6 +668,19 @@ async fn resource_request(
                 || opts["dryRun"]
                     .as_array()
                     .is_some_and(|a| a.iter().any(|x| x == "All"));
+            let cur = store.get(ri, &ns, name)?;
+            let req = crate::admission::Request {
+                ri,
+                operation: "DELETE",
+                subresource: "",
+                namespace: &ns,
+                name,
+                user,
+                old: Some(&cur),
+                dry_run: dry,
+                options: json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": opts.get("propagationPolicy")}),
+            };
+            crate::admission::admit(store, &app.services, &req, &mut None).await?;
             let (resp, _) = store.delete(ri, &ns, name, &opts, dry)?;
             Ok(json_response(200, &resp))
         }
