@@ -644,3 +644,23 @@ fn conflict_error(
     };
     mk(message, causes)
 }
+
+/// The JSON type name of the value at a dotted path (for CEL error messages).
+pub fn path_value_type(obj: &Value, dotted: &str) -> &'static str {
+    let mut cur = obj;
+    for seg in dotted.split('.').filter(|s| !s.is_empty()) {
+        match cur.get(seg) {
+            Some(c) => cur = c,
+            None => return "object",
+        }
+    }
+    match cur {
+        Value::Object(_) => "object",
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "boolean",
+        Value::Null => "null",
+    }
+}

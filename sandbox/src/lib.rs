@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod authz;
 pub mod builtin;
+pub mod crdvalid;
 pub mod fields;
 pub mod openapi;
 pub mod protobuf;

@@ -556,6 +556,9 @@ impl Store {
         }
         builtin::prepare_create(ri, &mut obj);
         builtin::apply_defaults(ri, &mut obj);
+        if ri.custom {
+            crate::crdvalid::validate(ri, &mut obj, None)?;
+        }
         if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
             crd_status(&mut obj);
         }
@@ -732,6 +735,9 @@ impl Store {
             return Err(ApiError::path_not_found());
         }
         builtin::apply_defaults(ri, &mut obj);
+        if ri.custom {
+            crate::crdvalid::validate(ri, &mut obj, Some(&old))?;
+        }
         if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
             crd_status(&mut obj);
         }
