@@ -15,6 +15,7 @@ pub mod resources;
 pub mod schema;
 pub mod selector;
 pub mod server;
+pub mod simulator;
 pub mod smp;
 pub mod status;
 pub mod store;
@@ -140,6 +141,9 @@ impl Sandbox {
                 while gc_store.gc_pass() {}
             }
         }));
+        if opts.simulate_workloads {
+            tasks.push(tokio::spawn(simulator::run(store.clone())));
+        }
         handle.listening().await.context("server did not start")?;
         let (kubeconfig, tmp) = match &opts.kubeconfig {
             Some(p) => (p.clone(), None),

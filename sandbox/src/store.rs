@@ -923,6 +923,40 @@ impl Store {
         }
     }
 
+    /// Replace `old` by `new` (main resource or a subresource) as `manager`, for in-process
+    /// controllers such as the workload simulator.
+    pub fn write(
+        &self,
+        ri: &ResourceInfo,
+        old: &Arc<Value>,
+        new: Value,
+        sub: &str,
+        manager: &str,
+    ) -> ApiResult<Value> {
+        let o = WriteOpts {
+            field_manager: manager.to_string(),
+            ..Default::default()
+        };
+        let p = self.finish_update(ri, old.clone(), new, sub, &o, None)?;
+        self.commit(p, false)
+    }
+
+    /// Create `obj` in `ns` as `manager`.
+    pub fn create(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        obj: Value,
+        manager: &str,
+    ) -> ApiResult<Value> {
+        let o = WriteOpts {
+            field_manager: manager.to_string(),
+            ..Default::default()
+        };
+        let p = self.prepare_create(ri, ns, obj, &o)?;
+        self.commit(p, false)
+    }
+
     /// Write a prepared change if the object did not change meanwhile (`Err` 409 otherwise).
     pub fn commit(&self, p: Pending, dry_run: bool) -> ApiResult<Value> {
         let mut st = self.lock();
