@@ -8,6 +8,7 @@ pub mod admission;
 pub mod authz;
 pub mod builtin;
 pub mod crdvalid;
+pub mod faults;
 pub mod fields;
 pub mod openapi;
 pub mod protobuf;
@@ -109,6 +110,7 @@ impl Sandbox {
             addr,
             bookmark_interval: opts.bookmark_interval,
             services: admission::ServiceMap::default(),
+            faults: faults::Faults::default(),
         });
         let app_handle = app.clone();
         let router = axum::Router::new().fallback(
@@ -195,6 +197,17 @@ impl Sandbox {
     /// server name stays `name.ns.svc`, as kube-apiserver uses it.
     pub fn map_service(&self, namespace: &str, name: &str, addr: SocketAddr) {
         self.app.services.insert(namespace, name, addr);
+    }
+
+    /// Inject faults for a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`) or `*`.
+    pub fn set_fault(&self, verb: &str, fault: faults::Fault) {
+        self.app.faults.set(verb, fault);
+    }
+
+    /// Remove every injected fault.
+    pub fn clear_faults(&self) {
+        self.app.faults.clear();
     }
 
     /// A kube-rs client for the admin.

@@ -30,6 +30,7 @@ pub struct App {
     pub addr: std::net::SocketAddr,
     pub bookmark_interval: Duration,
     pub services: crate::admission::ServiceMap,
+    pub faults: crate::faults::Faults,
 }
 
 pub type Query = HashMap<String, String>;
@@ -486,6 +487,45 @@ async fn resource_request(
     };
     if let Err(reason) = crate::authz::authorize(store, user, &attrs) {
         return Err(crate::authz::forbidden(user, &attrs, &reason));
+    }
+    match app.faults.decide(verb).await {
+        crate::faults::Action::Serve => {}
+        crate::faults::Action::Error(code) => {
+            let (reason, message): (&'static str, String) = match code {
+                429 => ("TooManyRequests", "the server has received too many requests and has asked us to try again later".into()),
+                503 => ("ServiceUnavailable", "the server is currently unable to handle the request".into()),
+                504 => ("Timeout", "the server was unable to return a response in the time allotted, but may still be processing the request".into()),
+                _ => ("InternalError", "Internal error occurred: injected fault".into()),
+            };
+            let e = ApiError {
+                code,
+                reason,
+                message,
+                details: Some(json!({"retryAfterSeconds": 1})),
+            };
+            let mut r = error_response(&e);
+            if code == 429 {
+                r.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    axum::http::HeaderValue::from_static("1"),
+                );
+            }
+            return Ok(r);
+        }
+        crate::faults::Action::Reset => {
+            // A body that fails at once makes the server abort the connection.
+            let s = futures::stream::once(async {
+                Err::<Bytes, std::io::Error>(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "injected reset",
+                ))
+            });
+            return Response::builder()
+                .status(200)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from_stream(s))
+                .map_err(|e| ApiError::internal(e.to_string()));
+        }
     }
     if ri.create_only {
         if *method != Method::POST || t.name.is_some() {

@@ -589,3 +589,63 @@ async fn finalizers_gc_and_namespace_cascade() {
         .expect("list");
     assert!(left.items.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_injection_per_verb() {
+    use ksync_sandbox::faults::Fault;
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    cms.create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .expect("create");
+
+    // (kube-rs's default client retries 429/503/504 with back-off; 500 is returned at once.)
+    sb.set_fault(
+        "get",
+        Fault {
+            error_rate: 1.0,
+            error_code: 500,
+            ..Default::default()
+        },
+    );
+    let e = api_err(cms.get("a").await.expect_err("injected"));
+    assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
+    // Other verbs are untouched.
+    assert_eq!(
+        cms.list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len(),
+        1
+    );
+
+    sb.set_fault(
+        "get",
+        Fault {
+            reset_rate: 1.0,
+            ..Default::default()
+        },
+    );
+    let e = cms.get("a").await.expect_err("reset");
+    assert!(
+        !matches!(e, kube::Error::Api(_)),
+        "a transport error, got {e:?}"
+    );
+
+    sb.set_fault(
+        "*",
+        Fault {
+            latency: Duration::from_millis(150),
+            ..Default::default()
+        },
+    );
+    sb.set_fault("get", Fault::default());
+    let t = std::time::Instant::now();
+    cms.list(&ListParams::default()).await.expect("slow list");
+    assert!(t.elapsed() >= Duration::from_millis(150));
+
+    sb.clear_faults();
+    cms.get("a").await.expect("served again");
+}
