@@ -64,6 +64,7 @@ pub struct Sandbox {
     kubeconfig: PathBuf,
     store: Arc<store::Store>,
     app: Arc<server::App>,
+    ca_pem: String,
     handle: axum_server::Handle<SocketAddr>,
     _tmp: Option<TempDir>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -111,6 +112,7 @@ impl Sandbox {
             bookmark_interval: opts.bookmark_interval,
             services: admission::ServiceMap::default(),
             faults: faults::Faults::default(),
+            tokens: Default::default(),
         });
         let app_handle = app.clone();
         let router = axum::Router::new().fallback(
@@ -155,6 +157,7 @@ impl Sandbox {
             }
         };
         let server_url = format!("https://{addr}");
+        let ca_pem = pki.ca_pem.clone();
         write_private(
             &kubeconfig,
             &kubeconfig_yaml(&server_url, &pki.ca_pem, &token),
@@ -164,6 +167,7 @@ impl Sandbox {
             kubeconfig,
             store,
             app: app_handle,
+            ca_pem,
             handle,
             _tmp: tmp,
             tasks,
@@ -197,6 +201,40 @@ impl Sandbox {
     /// server name stays `name.ns.svc`, as kube-apiserver uses it.
     pub fn map_service(&self, namespace: &str, name: &str, addr: SocketAddr) {
         self.app.services.insert(namespace, name, addr);
+    }
+
+    /// Write a kubeconfig (next to the admin's) for another identity, authenticated by a bearer
+    /// token; its permissions come from RBAC. Service accounts are `system:serviceaccount:NS:NAME`.
+    pub fn user_kubeconfig(&self, username: &str, groups: &[&str]) -> anyhow::Result<PathBuf> {
+        let token = format!("ksync-user-{}", uuid::Uuid::new_v4().simple());
+        let mut gs: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        if let Some(ns) = username
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|r| r.split_once(':'))
+            .map(|(ns, _)| ns)
+        {
+            gs.push("system:serviceaccounts".into());
+            gs.push(format!("system:serviceaccounts:{ns}"));
+        }
+        gs.push("system:authenticated".into());
+        let user = server::UserInfo {
+            username: username.to_string(),
+            uid: String::new(),
+            groups: gs,
+            extra: Default::default(),
+        };
+        self.app
+            .tokens
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(token.clone(), user);
+        let safe: String = username
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let path = self.kubeconfig.with_file_name(format!("kubeconfig-{safe}"));
+        write_private(&path, &kubeconfig_yaml(&self.url(), &self.ca_pem, &token))?;
+        Ok(path)
     }
 
     /// Inject faults for a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,

@@ -31,6 +31,8 @@ pub struct App {
     pub bookmark_interval: Duration,
     pub services: crate::admission::ServiceMap,
     pub faults: crate::faults::Faults,
+    /// Bearer tokens of further identities (see `Sandbox::user_kubeconfig`).
+    pub tokens: std::sync::RwLock<HashMap<String, UserInfo>>,
 }
 
 pub type Query = HashMap<String, String>;
@@ -115,6 +117,15 @@ fn authenticate(app: &App, headers: &HeaderMap) -> ApiResult<UserInfo> {
             groups: vec!["system:masters".into(), "system:authenticated".into()],
             extra: BTreeMap::new(),
         });
+    }
+    if !token.is_empty()
+        && let Some(u) = app
+            .tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(token)
+    {
+        return Ok(u.clone());
     }
     Err(ApiError::unauthorized())
 }

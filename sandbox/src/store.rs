@@ -1255,29 +1255,47 @@ impl Store {
 
     /// One pass of the garbage collector and the namespace controller. Returns whether it changed anything.
     pub fn gc_pass(&self) -> bool {
-        let snapshot: Vec<(ResourceInfo, Arc<Value>)> = {
+        // Only objects the collectors act on are copied out: those with owners, being deleted,
+        // or inside a terminating namespace. Every uid is kept to tell whether owners exist.
+        let (snapshot, uids): (
+            Vec<(ResourceInfo, Arc<Value>)>,
+            std::collections::HashSet<String>,
+        ) = {
             let st = self.lock();
+            let terminating: Vec<String> = st
+                .objects
+                .get("/namespaces")
+                .map(|m| {
+                    m.values()
+                        .filter(|n| n.pointer("/metadata/deletionTimestamp").is_some())
+                        .map(|n| name_of(n).to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
             let mut out = vec![];
+            let mut uids = std::collections::HashSet::new();
             for (sk, m) in &st.objects {
                 let Some(ri) = st
                     .resources
                     .iter()
                     .filter(|r| r.store_key() == *sk)
                     .min_by_key(|r| !r.storage)
-                    .cloned()
                 else {
                     continue;
                 };
                 for o in m.values() {
-                    out.push((ri.clone(), o.clone()));
+                    uids.insert(meta_str(o, "uid").to_string());
+                    let meta = &o["metadata"];
+                    let interesting = meta.get("ownerReferences").is_some()
+                        || meta.get("deletionTimestamp").is_some()
+                        || (ri.namespaced && terminating.iter().any(|t| t == ns_of(o)));
+                    if interesting {
+                        out.push((ri.clone(), o.clone()));
+                    }
                 }
             }
-            out
+            (out, uids)
         };
-        let uids: HashMap<&str, &Arc<Value>> = snapshot
-            .iter()
-            .map(|(_, o)| (meta_str(o, "uid"), o))
-            .collect();
         // owner uid -> dependents, built once per pass.
         let mut by_owner: HashMap<&str, Vec<&(ResourceInfo, Arc<Value>)>> = HashMap::new();
         for entry in &snapshot {
@@ -1398,7 +1416,7 @@ impl Store {
                 && !deleting
                 && refs
                     .iter()
-                    .all(|r| !uids.contains_key(r["uid"].as_str().unwrap_or_default()))
+                    .all(|r| !uids.contains(r["uid"].as_str().unwrap_or_default()))
             {
                 changed |= self
                     .delete(

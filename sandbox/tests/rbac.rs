@@ -216,3 +216,84 @@ async fn access_reviews_through_kube_rs() {
         .expect("ssar");
     assert!(r.status.expect("status").allowed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_needs_the_impersonate_verb() {
+    let sb = common::sandbox().await;
+    let alice = sb
+        .user_kubeconfig("alice", &["devs"])
+        .expect("alice kubeconfig");
+    let run = |args: Vec<&'static str>| {
+        let alice = alice.clone();
+        async move {
+            tokio::process::Command::new(common::KUBECTL)
+                .arg("--kubeconfig")
+                .arg(&alice)
+                .args(args)
+                .output()
+                .await
+                .expect("kubectl")
+        }
+    };
+    // Alice has no rights at all.
+    let o = run(vec!["get", "configmaps", "-n", "default"]).await;
+    assert_eq!(
+        stderr(&o).trim(),
+        "Error from server (Forbidden): configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
+    // Nor may she impersonate.
+    let o = run(vec!["get", "configmaps", "-n", "default", "--as", "bob"]).await;
+    assert_eq!(
+        stderr(&o).trim(),
+        "Error from server (Forbidden): users \"bob\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+    );
+    // Once allowed to impersonate bob (who may view), she reads as bob.
+    kubectl_ok(
+        &sb,
+        &[
+            "create",
+            "clusterrole",
+            "impersonate-bob",
+            "--verb=impersonate",
+            "--resource=users",
+            "--resource-name=bob",
+        ],
+    )
+    .await;
+    kubectl_ok(
+        &sb,
+        &[
+            "create",
+            "clusterrolebinding",
+            "alice-as-bob",
+            "--clusterrole=impersonate-bob",
+            "--user=alice",
+        ],
+    )
+    .await;
+    kubectl_ok(
+        &sb,
+        &[
+            "create",
+            "clusterrolebinding",
+            "bob-view",
+            "--clusterrole=view",
+            "--user=bob",
+        ],
+    )
+    .await;
+    let o = run(vec!["get", "configmaps", "-n", "default", "--as", "bob"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(vec![
+        "get",
+        "configmaps",
+        "-n",
+        "default",
+        "--as",
+        "bob",
+        "--as-group",
+        "admins",
+    ])
+    .await;
+    assert!(stderr(&o).contains("groups \"admins\" is forbidden: User \"alice\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope"), "{}", stderr(&o));
+}
