@@ -416,7 +416,7 @@ fn field_validation(ri: &ResourceInfo, obj: &Value, q: &Query) -> ApiResult<Vec<
         .get("fieldValidation")
         .map(String::as_str)
         .unwrap_or("Warn");
-    if mode == "Ignore" || ri.custom {
+    if mode == "Ignore" || ri.custom && ri.schema.is_none() {
         return Ok(vec![]);
     }
     let mut unknown = vec![];
@@ -432,7 +432,7 @@ fn field_validation(ri: &ResourceInfo, obj: &Value, q: &Query) -> ApiResult<Vec<
         return Err(ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
             ri.kind,
-            ri.api_version(),
+            ri.version,
             ri.kind,
             msgs.join(", ")
         )));

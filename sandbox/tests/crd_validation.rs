@@ -60,8 +60,21 @@ async fn structural_schema_and_cel_rules() {
     )
     .await;
 
-    // Unknown fields are pruned, defaults applied.
+    // fieldValidation=Strict (kubectl's default) rejects unknown fields...
     let o = apply(&sb, "{size: 2, extra: gone, labels: {a: b}}").await;
+    assert!(
+        stderr(&o).contains("Gadget in version \"v1\" cannot be handled as a Gadget: strict decoding error: unknown field \"spec.extra\""),
+        "{}",
+        stderr(&o)
+    );
+    // ...otherwise they are pruned, and defaults applied.
+    let doc = "apiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g1}\nspec: {size: 2, extra: gone, labels: {a: b}}\n";
+    let o = kubectl_in(
+        &sb,
+        &["apply", "--server-side", "--validate=false", "-f", "-"],
+        Some(doc),
+    )
+    .await;
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value =
         serde_json::from_str(&kubectl_ok(&sb, &["get", "gadget", "g1", "-o", "json"]).await)
