@@ -649,3 +649,22 @@ async fn fault_injection_per_verb() {
     sb.clear_faults();
     cms.get("a").await.expect("served again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_namespaces_and_crds() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let sb = common::sandbox().await;
+    let a = sb.create_namespace("test").await.expect("namespace");
+    let b = sb.create_namespace("test").await.expect("namespace");
+    assert!(a.starts_with("test-") && a != b);
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "things.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"kind": "Thing", "plural": "things"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .expect("crd");
+    sb.install_crds(&[crd]).await.expect("install");
+    let client = sb.client().await.expect("client");
+    let disc = kube::Discovery::new(client).run().await.expect("discovery");
+    assert!(disc.groups().any(|g| g.name() == "example.com"));
+}
