@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod authz;
 pub mod builtin;
+pub mod convert;
 pub mod crdvalid;
 pub mod faults;
 pub mod fields;

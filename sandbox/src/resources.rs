@@ -44,6 +44,10 @@ impl ResourceInfo {
 
     /// The storage key shared by every version of the resource.
     pub fn store_key(&self) -> String {
+        if crate::convert::is_events_api(&self.group, &self.plural) {
+            // Same storage as core Events.
+            return "/events".to_string();
+        }
         format!("{}/{}", self.group, self.plural)
     }
 

@@ -452,6 +452,9 @@ fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
 
 /// Objects served at the version the client asked for (no conversion: same schema).
 fn at_version(ri: &ResourceInfo, v: &Value) -> Value {
+    if crate::convert::is_events_api(&ri.group, &ri.plural) {
+        return crate::convert::core_to_events(v);
+    }
     let mut o = v.clone();
     if o.get("apiVersion").and_then(Value::as_str) != Some(&ri.api_version()) {
         o["apiVersion"] = json!(ri.api_version());
@@ -538,6 +541,11 @@ async fn resource_request(
                 .map_err(|e| ApiError::internal(e.to_string()));
         }
     }
+    if crate::convert::is_events_api(&ri.group, &ri.plural)
+        && matches!(*method, Method::POST | Method::PUT | Method::PATCH)
+    {
+        return events_api_write(app, method, &t, q, headers, body).await;
+    }
     if ri.create_only {
         if *method != Method::POST || t.name.is_some() {
             return Err(ApiError::method_not_allowed());
@@ -557,12 +565,13 @@ async fn resource_request(
             )?;
             let mut allowed = selector::builtin_field_labels(&ri.group, &ri.plural);
             allowed.extend(ri.selectable_fields.iter().cloned());
-            let fsel = FieldSelector::parse(
-                q.get("fieldSelector")
-                    .map(String::as_str)
-                    .unwrap_or_default(),
-                &allowed,
-            )?;
+            let mut fs = q.get("fieldSelector").cloned().unwrap_or_default();
+            if crate::convert::is_events_api(&ri.group, &ri.plural) {
+                // Stored as core Events: regarding.* is involvedObject.*.
+                fs = fs.replace("regarding.", "involvedObject.");
+                allowed = selector::builtin_field_labels("", "events");
+            }
+            let fsel = FieldSelector::parse(&fs, &allowed)?;
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
                 let table = table_request(headers, q);
                 return watch(app, ri.clone(), t.ns.clone(), labels, fsel, q, table);
@@ -767,6 +776,63 @@ async fn resource_request(
             }
             let list = json!({"kind": format!("{}List", ri.kind), "apiVersion": ri.api_version(), "metadata": {"resourceVersion": store.current_rv().to_string()}, "items": deleted});
             Ok(json_response(200, &list))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// Writes through `events.k8s.io/v1`: converted to core Events and stored as such.
+async fn events_api_write(
+    app: &Arc<App>,
+    method: &Method,
+    t: &Target,
+    q: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    use crate::convert::{core_to_events, events_to_core};
+    let store = &app.store;
+    let core = store
+        .resource("", "v1", "events")
+        .ok_or_else(ApiError::path_not_found)?;
+    let ns = t.ns.clone().unwrap_or_default();
+    let o = write_opts(q, headers)?;
+    match (method.clone(), &t.name) {
+        (Method::POST, None) => {
+            let obj = events_to_core(&decode_body(headers, &body)?);
+            let p = store.prepare_create(&core, &ns, obj, &o)?;
+            let v = store.commit(p, o.dry_run)?;
+            Ok(json_response(201, &core_to_events(&v)))
+        }
+        (Method::PUT, Some(name)) => {
+            let obj = events_to_core(&decode_body(headers, &body)?);
+            let p = store.prepare_update(&core, &ns, name, obj, "", &o)?;
+            let v = store.commit(p, o.dry_run)?;
+            Ok(json_response(200, &core_to_events(&v)))
+        }
+        (Method::PATCH, Some(name)) => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let cur = store.get(&core, &ns, name)?;
+            let mut doc = core_to_events(&cur);
+            if ct.starts_with("application/json-patch+json") {
+                let jp: json_patch::Patch = serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                json_patch::patch(&mut doc, &jp)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            } else {
+                let p: Value = serde_yaml::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                json_patch::merge(&mut doc, &p);
+            }
+            let mut obj = events_to_core(&doc);
+            obj["metadata"]["resourceVersion"] = json!(store::rv_of(&cur));
+            let p = store.prepare_update(&core, &ns, name, obj, "", &o)?;
+            let v = store.commit(p, o.dry_run)?;
+            Ok(json_response(200, &core_to_events(&v)))
         }
         _ => Err(ApiError::method_not_allowed()),
     }

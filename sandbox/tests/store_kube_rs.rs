@@ -668,3 +668,96 @@ async fn harness_namespaces_and_crds() {
     let disc = kube::Discovery::new(client).run().await.expect("discovery");
     assert!(disc.groups().any(|g| g.name() == "example.com"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_watch_sees_objects_leave_and_join() {
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let c = cms
+        .create(&PostParams::default(), &cm("a", &[("tier", "web")]))
+        .await
+        .expect("create");
+    let rv = c.metadata.resource_version.clone().expect("rv");
+    let wp = WatchParams::default().labels("tier=web").timeout(10);
+    let mut s = cms.watch(&wp, &rv).await.expect("watch").boxed();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"tier": "db"}}})),
+    )
+    .await
+    .expect("relabel");
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"tier": "web"}}})),
+    )
+    .await
+    .expect("relabel");
+    let mut seen = vec![];
+    while seen.len() < 2 {
+        match tokio::time::timeout(Duration::from_secs(10), s.next())
+            .await
+            .expect("event in time")
+        {
+            Some(Ok(WatchEvent::Deleted(c))) => seen.push((
+                "DELETED",
+                c.metadata.labels.and_then(|l| l.get("tier").cloned()),
+            )),
+            Some(Ok(WatchEvent::Added(c))) => seen.push((
+                "ADDED",
+                c.metadata.labels.and_then(|l| l.get("tier").cloned()),
+            )),
+            Some(Ok(WatchEvent::Bookmark(_))) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            ("DELETED", Some("db".to_string())),
+            ("ADDED", Some("web".to_string()))
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_recorder_publishes_events_k8s_io() {
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let c = cms
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .expect("create");
+    let rec = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "ksync-test".into(),
+            instance: None,
+        },
+    );
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "Synced".into(),
+        note: Some("all good".into()),
+        action: "Sync".into(),
+        secondary: None,
+    };
+    let oref = kube::Resource::object_ref(&c, &());
+    rec.publish(&ev, &oref).await.expect("publish");
+    rec.publish(&ev, &oref)
+        .await
+        .expect("publish again (series)");
+    let evs: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, "default");
+    let l = evs.list(&ListParams::default()).await.expect("list");
+    assert_eq!(l.items.len(), 1, "{:?}", l.items);
+    assert_eq!(l.items[0].reason.as_deref(), Some("Synced"));
+    let out = common::kubectl_ok(&sb, &["get", "events"]).await;
+    assert!(
+        out.contains("Synced") && out.contains("configmap/a") && out.contains("all good"),
+        "{out}"
+    );
+}
