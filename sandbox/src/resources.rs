@@ -153,7 +153,10 @@ fn builtin(b: B<'_>) -> ResourceInfo {
         generation: b.generation,
         create_only: matches!(
             b.plural,
-            "selfsubjectaccessreviews" | "subjectaccessreviews" | "selfsubjectreviews"
+            "selfsubjectaccessreviews"
+                | "subjectaccessreviews"
+                | "selfsubjectreviews"
+                | "selfsubjectrulesreviews"
         ),
         custom: false,
         storage: true,
@@ -199,6 +202,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         ("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false, false),
         ("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", false, &[], false, false),
         ("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", false, &[], false, false),
+        ("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", false, &[], false, false),
         ("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", false, &[], false, false),
     ];
     table

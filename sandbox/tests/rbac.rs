@@ -148,6 +148,19 @@ async fn impersonated_service_account_is_checked_by_rbac() {
     .await;
     assert_eq!(stdout(&o).trim(), "no");
 
+    // `can-i --list` (SelfSubjectRulesReview).
+    let out = kubectl_ok(&sb, &["auth", "can-i", "--list", "-n", "apps", "--as", sa]).await;
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("pods "))
+        .unwrap_or_default()
+        .to_string();
+    assert!(line.contains("[get list watch]"), "{out}");
+    assert!(
+        out.contains("selfsubjectaccessreviews.authorization.k8s.io"),
+        "{out}"
+    );
+
     // whoami sees the impersonated identity.
     let out = kubectl_ok(&sb, &["auth", "whoami", "-o", "json", "--as", sa]).await;
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");

@@ -761,3 +761,35 @@ async fn kube_recorder_publishes_events_k8s_io() {
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    for i in 0..50 {
+        cms.create(&PostParams::default(), &cm(&format!("s{i}"), &[]))
+            .await
+            .expect("create");
+    }
+    let (reader, writer) = kube::runtime::reflector::store::<ConfigMap>();
+    let rf = kube::runtime::reflector(
+        writer,
+        watcher(cms.clone(), watcher::Config::default().streaming_lists()),
+    );
+    let task = tokio::spawn(rf.applied_objects().for_each(|_| async {}));
+    common::wait_for("streamed initial list", Duration::from_secs(20), || {
+        let n = reader.state().len();
+        async move { (n == 50).then_some(()) }
+    })
+    .await;
+    cms.delete("s0", &DeleteParams::default())
+        .await
+        .expect("delete");
+    common::wait_for("delete seen", Duration::from_secs(20), || {
+        let n = reader.state().len();
+        async move { (n == 49).then_some(()) }
+    })
+    .await;
+    task.abort();
+}
