@@ -294,6 +294,56 @@ pub fn impersonate(store: &Store, requester: UserInfo, headers: &HeaderMap) -> A
     Ok(UserInfo { username, uid: uid.unwrap_or_default(), groups: gs, extra })
 }
 
+/// SelfSubjectRulesReview status: the rules of every binding that applies to the user.
+fn rules_for(store: &Store, user: &UserInfo, ns: &str) -> Value {
+    let mut resource_rules = vec![
+        json!({"verbs": ["create"], "apiGroups": ["authorization.k8s.io"], "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"]}),
+        json!({"verbs": ["create"], "apiGroups": ["authentication.k8s.io"], "resources": ["selfsubjectreviews"]}),
+    ];
+    let mut non_resource_rules = vec![
+        json!({"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*", "/readyz", "/version", "/version/"]}),
+    ];
+    let rbac = |plural: &str| {
+        store
+            .resource("rbac.authorization.k8s.io", "v1", plural)
+            .map(|r| r.store_key())
+            .unwrap_or_default()
+    };
+    let cluster_roles = store.list_all(&rbac("clusterroles"), None);
+    let roles = if ns.is_empty() { vec![] } else { store.list_all(&rbac("roles"), Some(ns)) };
+    let mut bindings = store.list_all(&rbac("clusterrolebindings"), None);
+    if !ns.is_empty() {
+        bindings.extend(store.list_all(&rbac("rolebindings"), Some(ns)));
+    }
+    for b in bindings {
+        if !b["subjects"].as_array().is_some_and(|ss| ss.iter().any(|s| subject_matches(s, user))) {
+            continue;
+        }
+        let kind = b.pointer("/roleRef/kind").and_then(Value::as_str).unwrap_or_default();
+        let name = b.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or_default();
+        let pool = if kind == "ClusterRole" { &cluster_roles } else { &roles };
+        let Some(role) =
+            pool.iter().find(|r| r.pointer("/metadata/name").and_then(Value::as_str) == Some(name))
+        else {
+            continue;
+        };
+        for r in role["rules"].as_array().into_iter().flatten() {
+            if r.get("nonResourceURLs").is_some() {
+                non_resource_rules
+                    .push(json!({"verbs": r["verbs"], "nonResourceURLs": r["nonResourceURLs"]}));
+            }
+            if r.get("resources").is_some() {
+                let mut rr = json!({"verbs": r["verbs"], "apiGroups": r.get("apiGroups").cloned().unwrap_or(json!([])), "resources": r["resources"]});
+                if let Some(n) = r.get("resourceNames") {
+                    rr["resourceNames"] = n.clone();
+                }
+                resource_rules.push(rr);
+            }
+        }
+    }
+    json!({"resourceRules": resource_rules, "nonResourceRules": non_resource_rules, "incomplete": false})
+}
+
 fn user_json(u: &UserInfo) -> Value {
     let mut v = json!({"username": u.username, "groups": u.groups});
     if !u.uid.is_empty() {
@@ -355,6 +405,14 @@ pub fn review(store: &Store, user: &UserInfo, resource: &str, mut body: Value) -
                 Ok(reason) => json!({"allowed": true, "reason": reason}),
                 Err(_) => json!({"allowed": false}),
             };
+        }
+        "selfsubjectrulesreviews" => {
+            let ns = body
+                .pointer("/spec/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            body["status"] = rules_for(store, user, &ns);
         }
         _ => return Err(ApiError::method_not_allowed()),
     }

@@ -514,13 +514,28 @@ pub fn apply(
     let mut conflicts: Vec<(String, Path)> = vec![];
     for e in entries.iter().filter(|e| !me(e)) {
         for p in new_set.intersection(&e.set) {
+            // Only leaves conflict: a list item or map that has owned fields below it is a
+            // marker ("."), whose ownership is shared.
+            let is_parent = new_set.range(p.clone()..).nth(1).is_some_and(|q| q.starts_with(p));
+            if is_parent {
+                continue;
+            }
             let before = get_at(live_v, p);
             let after = get_at(&merged, p);
-            let leaf =
-                !matches!(after, Some(Value::Object(_)) | Some(Value::Array(_))) || before != after;
-            if leaf && before != after {
+            if before != after {
                 conflicts.push((e.display(), p.clone()));
             }
+        }
+    }
+    // Upgrading from client-side apply: for the "kubectl" manager, conflicts on fields whose live
+    // value still equals the last-applied-configuration annotation are taken over, as
+    // kube-apiserver's lastAppliedManager does
+    // (https://kubernetes.io/docs/reference/using-api/server-side-apply/#upgrading-from-client-side-apply-to-server-side-apply).
+    let mut force = force;
+    if !conflicts.is_empty() && !force && who.manager == "kubectl" {
+        let allowed = last_applied_allowed(live_v, node);
+        if conflicts.iter().all(|(_, p)| allowed.contains(p)) {
+            force = true;
         }
     }
     if !conflicts.is_empty() && !force {
@@ -572,6 +587,18 @@ pub fn apply(
     Ok(merged)
 }
 
+/// Fields of the live object that still hold the values of its last-applied-configuration.
+fn last_applied_allowed(live: &Value, node: Node<'_>) -> FieldSet {
+    let Some(la) = live
+        .pointer("/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration")
+        .and_then(Value::as_str)
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+    else {
+        return FieldSet::new();
+    };
+    apply_set(&la, node, false).into_iter().filter(|p| get_at(live, p) == get_at(&la, p)).collect()
+}
+
 /// kube-apiserver's `NewConflictError` wording (k8s.io/apiserver fieldmanager/internal/conflict.go).
 fn conflict_error(
     conflicts: &[(String, Path)],
@@ -602,4 +629,24 @@ fn conflict_error(
         format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
     };
     mk(message, causes)
+}
+
+/// The JSON type name of the value at a dotted path (for CEL error messages).
+pub fn path_value_type(obj: &Value, dotted: &str) -> &'static str {
+    let mut cur = obj;
+    for seg in dotted.split('.').filter(|s| !s.is_empty()) {
+        match cur.get(seg) {
+            Some(c) => cur = c,
+            None => return "object",
+        }
+    }
+    match cur {
+        Value::Object(_) => "object",
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "boolean",
+        Value::Null => "null",
+    }
 }

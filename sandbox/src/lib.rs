@@ -4,8 +4,12 @@
 //! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses
 //! (DESIGN §5, issue 3).
 
+pub mod admission;
 pub mod authz;
 pub mod builtin;
+pub mod convert;
+pub mod crdvalid;
+pub mod faults;
 pub mod fields;
 pub mod openapi;
 pub mod protobuf;
@@ -60,6 +64,8 @@ pub struct Sandbox {
     addr: SocketAddr,
     kubeconfig: PathBuf,
     store: Arc<store::Store>,
+    app: Arc<server::App>,
+    ca_pem: String,
     handle: axum_server::Handle<SocketAddr>,
     _tmp: Option<TempDir>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -105,7 +111,11 @@ impl Sandbox {
             admin_token: token.clone(),
             addr,
             bookmark_interval: opts.bookmark_interval,
+            services: admission::ServiceMap::default(),
+            faults: faults::Faults::default(),
+            tokens: Default::default(),
         });
+        let app_handle = app.clone();
         let router = axum::Router::new().fallback(
             move |method: axum::http::Method,
                   uri: axum::http::Uri,
@@ -145,11 +155,13 @@ impl Sandbox {
             }
         };
         let server_url = format!("https://{addr}");
+        let ca_pem = pki.ca_pem.clone();
         write_private(&kubeconfig, &kubeconfig_yaml(&server_url, &pki.ca_pem, &token))?;
+        // The workload simulator is a client of this API, like kubelet and kube-controller-manager.
         if opts.simulate_workloads {
             tasks.push(simulator::start(&kubeconfig).await?);
         }
-        Ok(Sandbox { addr, kubeconfig, store, handle, _tmp: tmp, tasks })
+        Ok(Sandbox { addr, kubeconfig, store, app: app_handle, ca_pem, handle, _tmp: tmp, tasks })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -175,6 +187,51 @@ impl Sandbox {
         self.store.compact();
     }
 
+    /// Route webhook `clientConfig.service` references to `ns/name` to a local address; the TLS
+    /// server name stays `name.ns.svc`, as kube-apiserver uses it.
+    pub fn map_service(&self, namespace: &str, name: &str, addr: SocketAddr) {
+        self.app.services.insert(namespace, name, addr);
+    }
+
+    /// Write a kubeconfig (next to the admin's) for another identity, authenticated by a bearer
+    /// token; its permissions come from RBAC. Service accounts are `system:serviceaccount:NS:NAME`.
+    pub fn user_kubeconfig(&self, username: &str, groups: &[&str]) -> anyhow::Result<PathBuf> {
+        let token = format!("ksync-user-{}", uuid::Uuid::new_v4().simple());
+        let mut gs: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+        if let Some(ns) = username
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|r| r.split_once(':'))
+            .map(|(ns, _)| ns)
+        {
+            gs.push("system:serviceaccounts".into());
+            gs.push(format!("system:serviceaccounts:{ns}"));
+        }
+        gs.push("system:authenticated".into());
+        let user = server::UserInfo {
+            username: username.to_string(),
+            uid: String::new(),
+            groups: gs,
+            extra: Default::default(),
+        };
+        self.app.tokens.write().unwrap_or_else(|e| e.into_inner()).insert(token.clone(), user);
+        let safe: String =
+            username.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        let path = self.kubeconfig.with_file_name(format!("kubeconfig-{safe}"));
+        write_private(&path, &kubeconfig_yaml(&self.url(), &self.ca_pem, &token))?;
+        Ok(path)
+    }
+
+    /// Inject faults for a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`) or `*`.
+    pub fn set_fault(&self, verb: &str, fault: faults::Fault) {
+        self.app.faults.set(verb, fault);
+    }
+
+    /// Remove every injected fault.
+    pub fn clear_faults(&self) {
+        self.app.faults.clear();
+    }
+
     /// A kube-rs client for the admin.
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
@@ -182,6 +239,43 @@ impl Sandbox {
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await?;
         Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// Harness: create a fresh namespace `PREFIX-xxxxx` for one test and return its name.
+    pub async fn create_namespace(&self, prefix: &str) -> anyhow::Result<String> {
+        use k8s_openapi::api::core::v1::Namespace;
+        let api: kube::Api<Namespace> = kube::Api::all(self.client().await?);
+        let ns: Namespace = serde_json::from_value(
+            serde_json::json!({"metadata": {"generateName": format!("{prefix}-")}}),
+        )?;
+        let made = api.create(&kube::api::PostParams::default(), &ns).await?;
+        made.metadata.name.context("namespace without a name")
+    }
+
+    /// Harness: install CustomResourceDefinitions (server-side apply) and wait until each is
+    /// `Established`.
+    pub async fn install_crds(
+        &self,
+        crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+    ) -> anyhow::Result<()> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: kube::Api<CustomResourceDefinition> = kube::Api::all(self.client().await?);
+        let pp = kube::api::PatchParams::apply("ksync-sandbox-harness").force();
+        for crd in crds {
+            let name = crd.metadata.name.clone().context("CRD without a name")?;
+            let mut v = serde_json::to_value(crd)?;
+            v["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
+            v["kind"] = serde_json::json!("CustomResourceDefinition");
+            api.patch(&name, &pp, &kube::api::Patch::Apply(v)).await?;
+            let cond = kube::runtime::wait::conditions::is_crd_established();
+            tokio::time::timeout(
+                Duration::from_secs(10),
+                kube::runtime::wait::await_condition(api.clone(), &name, cond),
+            )
+            .await
+            .context("CRD not established in time")??;
+        }
+        Ok(())
     }
 
     /// Stop serving (also done on drop).

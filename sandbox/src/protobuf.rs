@@ -350,6 +350,16 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
                 status: None,
             })?
         }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            let x = pauthz::SelfSubjectRulesReview::decode(raw).map_err(bad)?;
+            to_value(&authz::SelfSubjectRulesReview {
+                metadata: meta(x.metadata),
+                spec: authz::SelfSubjectRulesReviewSpec {
+                    namespace: x.spec.and_then(|s| s.namespace).filter(|n| !n.is_empty()),
+                },
+                status: None,
+            })?
+        }
         ("authentication.k8s.io/v1", "SelfSubjectReview") => serde_json::json!({"metadata": {}}),
         _ => {
             return Err(ApiError::unsupported_media_type(&format!(

@@ -44,6 +44,10 @@ impl ResourceInfo {
 
     /// The storage key shared by every version of the resource.
     pub fn store_key(&self) -> String {
+        if crate::convert::is_events_api(&self.group, &self.plural) {
+            // Same storage as core Events.
+            return "/events".to_string();
+        }
         format!("{}/{}", self.group, self.plural)
     }
 
@@ -140,7 +144,10 @@ fn builtin(b: B<'_>) -> ResourceInfo {
         generation: b.generation,
         create_only: matches!(
             b.plural,
-            "selfsubjectaccessreviews" | "subjectaccessreviews" | "selfsubjectreviews"
+            "selfsubjectaccessreviews"
+                | "subjectaccessreviews"
+                | "selfsubjectreviews"
+                | "selfsubjectrulesreviews"
         ),
         custom: false,
         storage: true,
@@ -186,6 +193,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         ("coordination.k8s.io", "v1", "leases", "Lease", true, &[], false, false),
         ("authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", false, &[], false, false),
         ("authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", false, &[], false, false),
+        ("authorization.k8s.io", "v1", "selfsubjectrulesreviews", "SelfSubjectRulesReview", false, &[], false, false),
         ("authentication.k8s.io", "v1", "selfsubjectreviews", "SelfSubjectReview", false, &[], false, false),
     ];
     table

@@ -29,6 +29,10 @@ pub struct App {
     pub admin_token: String,
     pub addr: std::net::SocketAddr,
     pub bookmark_interval: Duration,
+    pub services: crate::admission::ServiceMap,
+    pub faults: crate::faults::Faults,
+    /// Bearer tokens of further identities (see `Sandbox::user_kubeconfig`).
+    pub tokens: std::sync::RwLock<HashMap<String, UserInfo>>,
 }
 
 pub type Query = HashMap<String, String>;
@@ -110,6 +114,11 @@ fn authenticate(app: &App, headers: &HeaderMap) -> ApiResult<UserInfo> {
             groups: vec!["system:masters".into(), "system:authenticated".into()],
             extra: BTreeMap::new(),
         });
+    }
+    if !token.is_empty()
+        && let Some(u) = app.tokens.read().unwrap_or_else(|e| e.into_inner()).get(token)
+    {
+        return Ok(u.clone());
     }
     Err(ApiError::unauthorized())
 }
@@ -314,6 +323,44 @@ fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
     }
 }
 
+/// Run admission webhooks on a prepared write, mutating it in place.
+async fn admit(
+    app: &App,
+    user: &UserInfo,
+    p: &mut store::Pending,
+    operation: &'static str,
+    o: &WriteOpts,
+    q: &Query,
+) -> ApiResult<Vec<String>> {
+    let name = store::name_of(&p.obj).to_string();
+    let ns = store::ns_of(&p.obj).to_string();
+    let kind = if operation == "CREATE" {
+        "CreateOptions"
+    } else if q.contains_key("force") || p.subresource.is_empty() && p.old.is_some() {
+        "UpdateOptions"
+    } else {
+        "PatchOptions"
+    };
+    let old = p.old.clone();
+    let req = crate::admission::Request {
+        ri: &p.ri,
+        operation,
+        subresource: &p.subresource,
+        namespace: &ns,
+        name: &name,
+        user,
+        old: old.as_deref(),
+        dry_run: o.dry_run,
+        options: json!({"kind": kind, "apiVersion": "meta.k8s.io/v1", "fieldManager": o.field_manager}),
+    };
+    let mut obj = Some(p.obj.clone());
+    let warnings = crate::admission::admit(&app.store, &app.services, &req, &mut obj).await?;
+    if let Some(obj) = obj {
+        p.obj = obj;
+    }
+    Ok(warnings)
+}
+
 /// `Some(includeObject)` when the client asked for a Table (`Accept: ...;as=Table;...`).
 fn table_request(headers: &HeaderMap, q: &Query) -> Option<String> {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
@@ -327,7 +374,7 @@ fn table_request(headers: &HeaderMap, q: &Query) -> Option<String> {
 /// Strict fails with kube-apiserver's strict decoding error, Warn (the default) returns warnings.
 fn field_validation(ri: &ResourceInfo, obj: &Value, q: &Query) -> ApiResult<Vec<String>> {
     let mode = q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
-    if mode == "Ignore" || ri.custom {
+    if mode == "Ignore" || ri.custom && ri.schema.is_none() {
         return Ok(vec![]);
     }
     let mut unknown = vec![];
@@ -340,7 +387,7 @@ fn field_validation(ri: &ResourceInfo, obj: &Value, q: &Query) -> ApiResult<Vec<
         return Err(ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
             ri.kind,
-            ri.api_version(),
+            ri.version,
             ri.kind,
             msgs.join(", ")
         )));
@@ -360,6 +407,9 @@ fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
 
 /// Objects served at the version the client asked for (no conversion: same schema).
 fn at_version(ri: &ResourceInfo, v: &Value) -> Value {
+    if crate::convert::is_events_api(&ri.group, &ri.plural) {
+        return crate::convert::core_to_events(v);
+    }
     let mut o = v.clone();
     if o.get("apiVersion").and_then(Value::as_str) != Some(&ri.api_version()) {
         o["apiVersion"] = json!(ri.api_version());
@@ -407,6 +457,44 @@ async fn resource_request(
     if let Err(reason) = crate::authz::authorize(store, user, &attrs) {
         return Err(crate::authz::forbidden(user, &attrs, &reason));
     }
+    match app.faults.decide(verb).await {
+        crate::faults::Action::Serve => {}
+        crate::faults::Action::Error(code) => {
+            let (reason, message): (&'static str, String) = match code {
+                429 => ("TooManyRequests", "the server has received too many requests and has asked us to try again later".into()),
+                503 => ("ServiceUnavailable", "the server is currently unable to handle the request".into()),
+                504 => ("Timeout", "the server was unable to return a response in the time allotted, but may still be processing the request".into()),
+                _ => ("InternalError", "Internal error occurred: injected fault".into()),
+            };
+            let e =
+                ApiError { code, reason, message, details: Some(json!({"retryAfterSeconds": 1})) };
+            let mut r = error_response(&e);
+            if code == 429 {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+            }
+            return Ok(r);
+        }
+        crate::faults::Action::Reset => {
+            // A body that fails at once makes the server abort the connection.
+            let s = futures::stream::once(async {
+                Err::<Bytes, std::io::Error>(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "injected reset",
+                ))
+            });
+            return Response::builder()
+                .status(200)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from_stream(s))
+                .map_err(|e| ApiError::internal(e.to_string()));
+        }
+    }
+    if crate::convert::is_events_api(&ri.group, &ri.plural)
+        && matches!(*method, Method::POST | Method::PUT | Method::PATCH)
+    {
+        return events_api_write(app, method, &t, q, headers, body).await;
+    }
     if ri.create_only {
         if *method != Method::POST || t.name.is_some() {
             return Err(ApiError::method_not_allowed());
@@ -424,10 +512,13 @@ async fn resource_request(
             )?;
             let mut allowed = selector::builtin_field_labels(&ri.group, &ri.plural);
             allowed.extend(ri.selectable_fields.iter().cloned());
-            let fsel = FieldSelector::parse(
-                q.get("fieldSelector").map(String::as_str).unwrap_or_default(),
-                &allowed,
-            )?;
+            let mut fs = q.get("fieldSelector").cloned().unwrap_or_default();
+            if crate::convert::is_events_api(&ri.group, &ri.plural) {
+                // Stored as core Events: regarding.* is involvedObject.*.
+                fs = fs.replace("regarding.", "involvedObject.");
+                allowed = selector::builtin_field_labels("", "events");
+            }
+            let fsel = FieldSelector::parse(&fs, &allowed)?;
             if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
                 let table = table_request(headers, q);
                 return watch(app, ri.clone(), t.ns.clone(), labels, fsel, q, table);
@@ -472,7 +563,9 @@ async fn resource_request(
             let o = write_opts(q, headers)?;
             let obj = decode_body(headers, &body)?;
             let warnings = field_validation(ri, &obj, q)?;
-            let p = store.prepare_create(ri, &ns, obj, &o)?;
+            let mut p = store.prepare_create(ri, &ns, obj, &o)?;
+            let mut warnings = warnings;
+            warnings.extend(admit(app, user, &mut p, "CREATE", &o, q).await?);
             let created = store.commit(p, o.dry_run)?;
             Ok(with_warnings(json_response(201, &created), &warnings))
         }
@@ -497,7 +590,9 @@ async fn resource_request(
                 return Ok(json_response(200, &scale_of(ri, &done)));
             }
             let warnings = field_validation(ri, &obj, q)?;
-            let p = store.prepare_update(ri, &ns, name, obj, &t.sub, &o)?;
+            let mut p = store.prepare_update(ri, &ns, name, obj, &t.sub, &o)?;
+            let mut warnings = warnings;
+            warnings.extend(admit(app, user, &mut p, "UPDATE", &o, q).await?);
             let updated = store.commit(p, o.dry_run)?;
             Ok(with_warnings(json_response(200, &updated), &warnings))
         }
@@ -541,8 +636,10 @@ async fn resource_request(
             }
             let mut last = None;
             for _ in 0..5 {
-                let p = store.prepare_patch(ri, &ns, name, &ct, &body, &t.sub, &o)?;
+                let mut p = store.prepare_patch(ri, &ns, name, &ct, &body, &t.sub, &o)?;
                 let created = p.old.is_none();
+                let op = if created { "CREATE" } else { "UPDATE" };
+                warnings.extend(admit(app, user, &mut p, op, &o, q).await?);
                 match store.commit(p, o.dry_run) {
                     Ok(v) => {
                         return Ok(with_warnings(
@@ -567,6 +664,19 @@ async fn resource_request(
             }
             let dry = q.get("dryRun").is_some_and(|d| d == "All")
                 || opts["dryRun"].as_array().is_some_and(|a| a.iter().any(|x| x == "All"));
+            let cur = store.get(ri, &ns, name)?;
+            let req = crate::admission::Request {
+                ri,
+                operation: "DELETE",
+                subresource: "",
+                namespace: &ns,
+                name,
+                user,
+                old: Some(&cur),
+                dry_run: dry,
+                options: json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": opts.get("propagationPolicy")}),
+            };
+            crate::admission::admit(store, &app.services, &req, &mut None).await?;
             let (resp, _) = store.delete(ri, &ns, name, &opts, dry)?;
             Ok(json_response(200, &resp))
         }
@@ -598,6 +708,61 @@ async fn resource_request(
             }
             let list = json!({"kind": format!("{}List", ri.kind), "apiVersion": ri.api_version(), "metadata": {"resourceVersion": store.current_rv().to_string()}, "items": deleted});
             Ok(json_response(200, &list))
+        }
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// Writes through `events.k8s.io/v1`: converted to core Events and stored as such.
+async fn events_api_write(
+    app: &Arc<App>,
+    method: &Method,
+    t: &Target,
+    q: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    use crate::convert::{core_to_events, events_to_core};
+    let store = &app.store;
+    let core = store.resource("", "v1", "events").ok_or_else(ApiError::path_not_found)?;
+    let ns = t.ns.clone().unwrap_or_default();
+    let o = write_opts(q, headers)?;
+    match (method.clone(), &t.name) {
+        (Method::POST, None) => {
+            let obj = events_to_core(&decode_body(headers, &body)?);
+            let p = store.prepare_create(&core, &ns, obj, &o)?;
+            let v = store.commit(p, o.dry_run)?;
+            Ok(json_response(201, &core_to_events(&v)))
+        }
+        (Method::PUT, Some(name)) => {
+            let obj = events_to_core(&decode_body(headers, &body)?);
+            let p = store.prepare_update(&core, &ns, name, obj, "", &o)?;
+            let v = store.commit(p, o.dry_run)?;
+            Ok(json_response(200, &core_to_events(&v)))
+        }
+        (Method::PATCH, Some(name)) => {
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let cur = store.get(&core, &ns, name)?;
+            let mut doc = core_to_events(&cur);
+            if ct.starts_with("application/json-patch+json") {
+                let jp: json_patch::Patch = serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                json_patch::patch(&mut doc, &jp)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            } else {
+                let p: Value = serde_yaml::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                json_patch::merge(&mut doc, &p);
+            }
+            let mut obj = events_to_core(&doc);
+            obj["metadata"]["resourceVersion"] = json!(store::rv_of(&cur));
+            let p = store.prepare_update(&core, &ns, name, obj, "", &o)?;
+            let v = store.commit(p, o.dry_run)?;
+            Ok(json_response(200, &core_to_events(&v)))
         }
         _ => Err(ApiError::method_not_allowed()),
     }

@@ -498,6 +498,9 @@ impl Store {
         }
         builtin::prepare_create(ri, &mut obj);
         builtin::apply_defaults(ri, &mut obj);
+        if ri.custom {
+            crate::crdvalid::validate(ri, &mut obj, None)?;
+        }
         if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
             crd_status(&mut obj);
         }
@@ -663,6 +666,9 @@ impl Store {
             return Err(ApiError::path_not_found());
         }
         builtin::apply_defaults(ri, &mut obj);
+        if ri.custom {
+            crate::crdvalid::validate(ri, &mut obj, Some(&old))?;
+        }
         if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
             crd_status(&mut obj);
         }
@@ -831,6 +837,34 @@ impl Store {
                 self.finish_update(ri, old, obj, sub, o, Some(&applied))
             }
         }
+    }
+
+    /// Replace `old` by `new` (main resource or a subresource) as `manager`, for in-process
+    /// controllers such as the workload simulator.
+    pub fn write(
+        &self,
+        ri: &ResourceInfo,
+        old: &Arc<Value>,
+        new: Value,
+        sub: &str,
+        manager: &str,
+    ) -> ApiResult<Value> {
+        let o = WriteOpts { field_manager: manager.to_string(), ..Default::default() };
+        let p = self.finish_update(ri, old.clone(), new, sub, &o, None)?;
+        self.commit(p, false)
+    }
+
+    /// Create `obj` in `ns` as `manager`.
+    pub fn create(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        obj: Value,
+        manager: &str,
+    ) -> ApiResult<Value> {
+        let o = WriteOpts { field_manager: manager.to_string(), ..Default::default() };
+        let p = self.prepare_create(ri, ns, obj, &o)?;
+        self.commit(p, false)
     }
 
     /// Write a prepared change if the object did not change meanwhile (`Err` 409 otherwise).
@@ -1090,27 +1124,41 @@ impl Store {
 
     /// One pass of the garbage collector and the namespace controller. Returns whether it changed anything.
     pub fn gc_pass(&self) -> bool {
-        let snapshot: Vec<(ResourceInfo, Arc<Value>)> = {
+        // Only objects the collectors act on are copied out: those with owners, being deleted,
+        // or inside a terminating namespace. Every uid is kept to tell whether owners exist.
+        let (snapshot, uids): (Vec<(ResourceInfo, Arc<Value>)>, std::collections::HashSet<String>) = {
             let st = self.lock();
+            let terminating: Vec<String> = st
+                .objects
+                .get("/namespaces")
+                .map(|m| {
+                    m.values()
+                        .filter(|n| n.pointer("/metadata/deletionTimestamp").is_some())
+                        .map(|n| name_of(n).to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
             let mut out = vec![];
+            let mut uids = std::collections::HashSet::new();
             for (sk, m) in &st.objects {
-                let Some(ri) = st
-                    .resources
-                    .iter()
-                    .filter(|r| r.store_key() == *sk)
-                    .min_by_key(|r| !r.storage)
-                    .cloned()
+                let Some(ri) =
+                    st.resources.iter().filter(|r| r.store_key() == *sk).min_by_key(|r| !r.storage)
                 else {
                     continue;
                 };
                 for o in m.values() {
-                    out.push((ri.clone(), o.clone()));
+                    uids.insert(meta_str(o, "uid").to_string());
+                    let meta = &o["metadata"];
+                    let interesting = meta.get("ownerReferences").is_some()
+                        || meta.get("deletionTimestamp").is_some()
+                        || (ri.namespaced && terminating.iter().any(|t| t == ns_of(o)));
+                    if interesting {
+                        out.push((ri.clone(), o.clone()));
+                    }
                 }
             }
-            out
+            (out, uids)
         };
-        let uids: HashMap<&str, &Arc<Value>> =
-            snapshot.iter().map(|(_, o)| (meta_str(o, "uid"), o)).collect();
         // owner uid -> dependents, built once per pass.
         let mut by_owner: HashMap<&str, Vec<&(ResourceInfo, Arc<Value>)>> = HashMap::new();
         for entry in &snapshot {
@@ -1219,7 +1267,7 @@ impl Store {
             if let Some(refs) = o.pointer("/metadata/ownerReferences").and_then(Value::as_array)
                 && !refs.is_empty()
                 && !deleting
-                && refs.iter().all(|r| !uids.contains_key(r["uid"].as_str().unwrap_or_default()))
+                && refs.iter().all(|r| !uids.contains(r["uid"].as_str().unwrap_or_default()))
             {
                 changed |= self
                     .delete(

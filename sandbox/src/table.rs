@@ -296,13 +296,50 @@ pub fn wants_table(accept: &str) -> bool {
     accept.split(',').next().is_some_and(|first| first.contains("as=Table"))
 }
 
+fn is_core_event(ri: &ResourceInfo) -> bool {
+    !ri.custom && ri.plural == "events"
+}
+
+/// The event printer: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE (+ wide columns).
+fn event_cells(o: &Value) -> Vec<Value> {
+    let last = o
+        .get("lastTimestamp")
+        .and_then(Value::as_str)
+        .or_else(|| o.get("eventTime").and_then(Value::as_str))
+        .or_else(|| o.pointer("/metadata/creationTimestamp").and_then(Value::as_str));
+    let io = o.get("involvedObject").or_else(|| o.get("regarding")).cloned().unwrap_or(json!({}));
+    let object = format!("{}/{}", s(&io, "/kind").to_lowercase(), s(&io, "/name"));
+    let source = o
+        .pointer("/source/component")
+        .and_then(Value::as_str)
+        .unwrap_or(s(o, "/reportingController"));
+    vec![
+        json!(age(last)),
+        json!(s(o, "/type")),
+        json!(s(o, "/reason")),
+        json!(object),
+        json!(s(&io, "/fieldPath")),
+        json!(source),
+        json!(
+            o.get("message").or_else(|| o.get("note")).and_then(Value::as_str).unwrap_or_default()
+        ),
+        json!(age(o.get("firstTimestamp").and_then(Value::as_str).or(last))),
+        json!(o.get("count").and_then(Value::as_i64).unwrap_or(1)),
+        json!(s(o, "/metadata/name")),
+    ]
+}
+
 fn row(ri: &ResourceInfo, o: &Value, include: &str) -> Value {
     let (_, age_last) = columns(ri);
-    let mut c =
-        vec![json!(o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default())];
-    c.extend(cells(ri, o));
-    if age_last {
-        c.push(json!(age(o.pointer("/metadata/creationTimestamp").and_then(Value::as_str))));
+    let mut c = vec![];
+    if is_core_event(ri) {
+        c = event_cells(o);
+    } else {
+        c.push(json!(o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default()));
+        c.extend(cells(ri, o));
+        if age_last {
+            c.push(json!(age(o.pointer("/metadata/creationTimestamp").and_then(Value::as_str))));
+        }
     }
     let mut r = json!({"cells": c});
     match include {
@@ -316,6 +353,20 @@ fn row(ri: &ResourceInfo, o: &Value, include: &str) -> Value {
 }
 
 pub fn column_definitions(ri: &ResourceInfo) -> Vec<Value> {
+    if is_core_event(ri) {
+        return vec![
+            col("Last Seen", "string", "", 0),
+            col("Type", "string", "", 0),
+            col("Reason", "string", "", 0),
+            col("Object", "string", "", 0),
+            col("Subobject", "string", "", 1),
+            col("Source", "string", "", 1),
+            col("Message", "string", "", 0),
+            col("First Seen", "string", "", 1),
+            col("Count", "string", "", 1),
+            col("Name", "string", "name", 1),
+        ];
+    }
     let (cols, age_last) = columns(ri);
     let mut defs = vec![
         json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names", "priority": 0}),

@@ -255,3 +255,112 @@ async fn kubectl_apply_client_side_then_server_side_conflicts_and_force() {
     .await;
     assert_eq!(out.trim(), "deployment.apps/web serverside-applied");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_upgrades_client_side_to_server_side_and_edit_is_tracked() {
+    let sb = common::sandbox().await;
+    common::kubectl_stdin_ok(&sb, &["apply", "-f", "-"], &DEPLOY.replace("REPLICAS", "2")).await;
+    // kubectl migrates kubectl-client-side-apply's fields to its own apply manager first (it
+    // patches managedFields), so switching to --server-side does not conflict.
+    let out = common::kubectl_stdin_ok(
+        &sb,
+        &["apply", "--server-side", "-f", "-"],
+        &DEPLOY.replace("REPLICAS", "3"),
+    )
+    .await;
+    assert_eq!(out.trim(), "deployment.apps/web serverside-applied");
+    let v: Value = serde_json::from_str(
+        &common::kubectl_ok(&sb, &["get", "deploy", "web", "-o", "json", "--show-managed-fields"])
+            .await,
+    )
+    .expect("json");
+    assert_eq!(v["spec"]["replicas"], 3);
+    assert_eq!(fields_of(&v, "kubectl")["f:spec"]["f:replicas"], json!({}));
+
+    // kubectl edit (strategic merge patch under the kubectl-edit manager).
+    let out = tokio::process::Command::new(common::KUBECTL)
+        .arg("--kubeconfig")
+        .arg(sb.kubeconfig_path())
+        .args(["edit", "deploy", "web"])
+        .env("KUBE_EDITOR", "sed -i s/nginx:1.27/nginx:1.28/")
+        .output()
+        .await
+        .expect("kubectl edit");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "deployment.apps/web edited");
+    let v: Value = serde_json::from_str(
+        &common::kubectl_ok(&sb, &["get", "deploy", "web", "-o", "json", "--show-managed-fields"])
+            .await,
+    )
+    .expect("json");
+    assert_eq!(v["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.28");
+    assert!(
+        managers(&v).contains(&("kubectl-edit".to_string(), "Update".to_string())),
+        "{:?}",
+        managers(&v)
+    );
+    // Another applier setting the old image now conflicts with the editor.
+    let o = common::kubectl_in(
+        &sb,
+        &["apply", "--server-side", "--field-manager=ci", "-f", "-"],
+        Some(&DEPLOY.replace("REPLICAS", "3")),
+    )
+    .await;
+    assert!(
+        common::stderr(&o).starts_with("error: Apply failed with 1 conflict: conflict with \"kubectl-edit\" using apps/v1: .spec.template.spec.containers[name=\"nginx\"].image"),
+        "{}",
+        common::stderr(&o)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_runtime_controller_runs_against_the_sandbox() {
+    use futures::StreamExt;
+    use kube::runtime::controller::{Action, Controller};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    #[derive(Debug)]
+    struct Err;
+    impl std::fmt::Display for Err {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "reconcile error")
+        }
+    }
+    impl std::error::Error for Err {}
+    async fn reconcile(cm: Arc<ConfigMap>, api: Arc<Api<ConfigMap>>) -> Result<Action, Err> {
+        let name = cm.metadata.name.clone().unwrap_or_default();
+        if cm.metadata.annotations.as_ref().and_then(|a| a.get("reconciled")).is_none() {
+            let patch = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "annotations": {"reconciled": "yes"}}});
+            api.patch(&name, &PatchParams::apply("test-controller"), &Patch::Apply(patch))
+                .await
+                .map_err(|_| Err)?;
+        }
+        Ok(Action::await_change())
+    }
+    let ctl = Controller::new(cms.clone(), kube::runtime::watcher::Config::default())
+        .run(reconcile, |_, _, _| Action::requeue(Duration::from_secs(1)), Arc::new(cms.clone()))
+        .for_each(|_| async {});
+    let task = tokio::spawn(ctl);
+    for i in 0..5 {
+        cms.patch(&format!("c{i}"), &PatchParams::apply("test"), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}, "data": {"i": i.to_string()}})))
+            .await
+            .expect("create");
+    }
+    common::wait_for("all reconciled", Duration::from_secs(20), || {
+        let cms = cms.clone();
+        async move {
+            let l = cms.list(&Default::default()).await.ok()?;
+            (l.items.len() == 5
+                && l.items.iter().all(|c| {
+                    c.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("reconciled"))
+                }))
+            .then_some(())
+        }
+    })
+    .await;
+    task.abort();
+}

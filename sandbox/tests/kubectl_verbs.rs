@@ -512,3 +512,34 @@ async fn get_prints_server_side_tables_and_watches() {
     .await;
     assert!(out.contains("\"type\":\"ADDED\""), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_field_validation_and_delete_collection() {
+    let sb = common::sandbox().await;
+    let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\nfoo: bar\ndata: {k: v}\n";
+    let o = common::kubectl_in(&sb, &["create", "-f", "-"], Some(bad)).await;
+    assert_eq!(
+        stderr(&o).trim(),
+        "Error from server (BadRequest): error when creating \"STDIN\": ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"foo\""
+    );
+    let o = common::kubectl_in(&sb, &["create", "--validate=warn", "-f", "-"], Some(bad)).await;
+    assert!(o.status.success());
+    assert!(stderr(&o).contains("Warning: unknown field \"foo\""), "{}", stderr(&o));
+
+    for i in 0..4 {
+        let tier = if i < 3 { "a" } else { "b" };
+        kubectl_ok(&sb, &["create", "configmap", &format!("x{i}")]).await;
+        kubectl_ok(&sb, &["label", "configmap", &format!("x{i}"), &format!("tier={tier}")]).await;
+    }
+    // kubectl deletes one by one; the API's deletecollection is exercised directly too.
+    let out = kubectl_ok(&sb, &["delete", "configmap", "-l", "tier=a"]).await;
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let client = sb.client().await.expect("client");
+    let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, "default");
+    cms.delete_collection(&Default::default(), &kube::api::ListParams::default().labels("tier=b"))
+        .await
+        .expect("deletecollection");
+    let left = kubectl_ok(&sb, &["get", "configmap", "-l", "tier", "-o", "name"]).await;
+    assert_eq!(left.trim(), "");
+}

@@ -114,6 +114,12 @@ async fn impersonated_service_account_is_checked_by_rbac() {
     .await;
     assert_eq!(stdout(&o).trim(), "no");
 
+    // `can-i --list` (SelfSubjectRulesReview).
+    let out = kubectl_ok(&sb, &["auth", "can-i", "--list", "-n", "apps", "--as", sa]).await;
+    let line = out.lines().find(|l| l.starts_with("pods ")).unwrap_or_default().to_string();
+    assert!(line.contains("[get list watch]"), "{out}");
+    assert!(out.contains("selfsubjectaccessreviews.authorization.k8s.io"), "{out}");
+
     // whoami sees the impersonated identity.
     let out = kubectl_ok(&sb, &["auth", "whoami", "-o", "json", "--as", sa]).await;
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
@@ -163,4 +169,68 @@ async fn access_reviews_through_kube_rs() {
         .await
         .expect("ssar");
     assert!(r.status.expect("status").allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn impersonation_needs_the_impersonate_verb() {
+    let sb = common::sandbox().await;
+    let alice = sb.user_kubeconfig("alice", &["devs"]).expect("alice kubeconfig");
+    let run = |args: Vec<&'static str>| {
+        let alice = alice.clone();
+        async move {
+            tokio::process::Command::new(common::KUBECTL)
+                .arg("--kubeconfig")
+                .arg(&alice)
+                .args(args)
+                .output()
+                .await
+                .expect("kubectl")
+        }
+    };
+    // Alice has no rights at all.
+    let o = run(vec!["get", "configmaps", "-n", "default"]).await;
+    assert_eq!(
+        stderr(&o).trim(),
+        "Error from server (Forbidden): configmaps is forbidden: User \"alice\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\""
+    );
+    // Nor may she impersonate.
+    let o = run(vec!["get", "configmaps", "-n", "default", "--as", "bob"]).await;
+    assert_eq!(
+        stderr(&o).trim(),
+        "Error from server (Forbidden): users \"bob\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
+    );
+    // Once allowed to impersonate bob (who may view), she reads as bob.
+    kubectl_ok(
+        &sb,
+        &[
+            "create",
+            "clusterrole",
+            "impersonate-bob",
+            "--verb=impersonate",
+            "--resource=users",
+            "--resource-name=bob",
+        ],
+    )
+    .await;
+    kubectl_ok(
+        &sb,
+        &[
+            "create",
+            "clusterrolebinding",
+            "alice-as-bob",
+            "--clusterrole=impersonate-bob",
+            "--user=alice",
+        ],
+    )
+    .await;
+    kubectl_ok(
+        &sb,
+        &["create", "clusterrolebinding", "bob-view", "--clusterrole=view", "--user=bob"],
+    )
+    .await;
+    let o = run(vec!["get", "configmaps", "-n", "default", "--as", "bob"]).await;
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(vec!["get", "configmaps", "-n", "default", "--as", "bob", "--as-group", "admins"])
+        .await;
+    assert!(stderr(&o).contains("groups \"admins\" is forbidden: User \"alice\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope"), "{}", stderr(&o));
 }

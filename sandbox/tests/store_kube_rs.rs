@@ -426,3 +426,149 @@ async fn finalizers_gc_and_namespace_cascade() {
         all.list(&ListParams::default().fields("metadata.namespace=t1")).await.expect("list");
     assert!(left.items.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_injection_per_verb() {
+    use ksync_sandbox::faults::Fault;
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    cms.create(&PostParams::default(), &cm("a", &[])).await.expect("create");
+
+    // (kube-rs's default client retries 429/503/504 with back-off; 500 is returned at once.)
+    sb.set_fault("get", Fault { error_rate: 1.0, error_code: 500, ..Default::default() });
+    let e = api_err(cms.get("a").await.expect_err("injected"));
+    assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
+    // Other verbs are untouched.
+    assert_eq!(cms.list(&ListParams::default()).await.expect("list").items.len(), 1);
+
+    sb.set_fault("get", Fault { reset_rate: 1.0, ..Default::default() });
+    let e = cms.get("a").await.expect_err("reset");
+    assert!(!matches!(e, kube::Error::Api(_)), "a transport error, got {e:?}");
+
+    sb.set_fault("*", Fault { latency: Duration::from_millis(150), ..Default::default() });
+    sb.set_fault("get", Fault::default());
+    let t = std::time::Instant::now();
+    cms.list(&ListParams::default()).await.expect("slow list");
+    assert!(t.elapsed() >= Duration::from_millis(150));
+
+    sb.clear_faults();
+    cms.get("a").await.expect("served again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harness_namespaces_and_crds() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let sb = common::sandbox().await;
+    let a = sb.create_namespace("test").await.expect("namespace");
+    let b = sb.create_namespace("test").await.expect("namespace");
+    assert!(a.starts_with("test-") && a != b);
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "things.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"kind": "Thing", "plural": "things"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))
+    .expect("crd");
+    sb.install_crds(&[crd]).await.expect("install");
+    let client = sb.client().await.expect("client");
+    let disc = kube::Discovery::new(client).run().await.expect("discovery");
+    assert!(disc.groups().any(|g| g.name() == "example.com"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selector_watch_sees_objects_leave_and_join() {
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let c = cms.create(&PostParams::default(), &cm("a", &[("tier", "web")])).await.expect("create");
+    let rv = c.metadata.resource_version.clone().expect("rv");
+    let wp = WatchParams::default().labels("tier=web").timeout(10);
+    let mut s = cms.watch(&wp, &rv).await.expect("watch").boxed();
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"tier": "db"}}})),
+    )
+    .await
+    .expect("relabel");
+    cms.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"tier": "web"}}})),
+    )
+    .await
+    .expect("relabel");
+    let mut seen = vec![];
+    while seen.len() < 2 {
+        match tokio::time::timeout(Duration::from_secs(10), s.next()).await.expect("event in time")
+        {
+            Some(Ok(WatchEvent::Deleted(c))) => {
+                seen.push(("DELETED", c.metadata.labels.and_then(|l| l.get("tier").cloned())))
+            }
+            Some(Ok(WatchEvent::Added(c))) => {
+                seen.push(("ADDED", c.metadata.labels.and_then(|l| l.get("tier").cloned())))
+            }
+            Some(Ok(WatchEvent::Bookmark(_))) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seen, vec![("DELETED", Some("db".to_string())), ("ADDED", Some("web".to_string()))]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_recorder_publishes_events_k8s_io() {
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let c = cms.create(&PostParams::default(), &cm("a", &[])).await.expect("create");
+    let rec =
+        Recorder::new(client.clone(), Reporter { controller: "ksync-test".into(), instance: None });
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "Synced".into(),
+        note: Some("all good".into()),
+        action: "Sync".into(),
+        secondary: None,
+    };
+    let oref = kube::Resource::object_ref(&c, &());
+    rec.publish(&ev, &oref).await.expect("publish");
+    rec.publish(&ev, &oref).await.expect("publish again (series)");
+    let evs: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, "default");
+    let l = evs.list(&ListParams::default()).await.expect("list");
+    assert_eq!(l.items.len(), 1, "{:?}", l.items);
+    assert_eq!(l.items[0].reason.as_deref(), Some("Synced"));
+    let out = common::kubectl_ok(&sb, &["get", "events"]).await;
+    assert!(
+        out.contains("Synced") && out.contains("configmap/a") && out.contains("all good"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
+    let sb = common::sandbox().await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    for i in 0..50 {
+        cms.create(&PostParams::default(), &cm(&format!("s{i}"), &[])).await.expect("create");
+    }
+    let (reader, writer) = kube::runtime::reflector::store::<ConfigMap>();
+    let rf = kube::runtime::reflector(
+        writer,
+        watcher(cms.clone(), watcher::Config::default().streaming_lists()),
+    );
+    let task = tokio::spawn(rf.applied_objects().for_each(|_| async {}));
+    common::wait_for("streamed initial list", Duration::from_secs(20), || {
+        let n = reader.state().len();
+        async move { (n == 50).then_some(()) }
+    })
+    .await;
+    cms.delete("s0", &DeleteParams::default()).await.expect("delete");
+    common::wait_for("delete seen", Duration::from_secs(20), || {
+        let n = reader.state().len();
+        async move { (n == 49).then_some(()) }
+    })
+    .await;
+    task.abort();
+}
