@@ -55,6 +55,9 @@ struct Args {
     /// Largest size of the Git cache under --cache-dir; least recently used data is evicted.
     #[arg(long, default_value_t = 2 * 1024 * 1024 * 1024, value_name = "BYTES")]
     git_cache_max_bytes: u64,
+    /// Repositories reconciled (resolved, fetched, discovered) at once.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    repository_concurrency: u16,
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -96,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
         },
         default_poll_interval: args.default_poll_interval,
         git_timeout: args.git_timeout,
+        concurrency: args.repository_concurrency.max(1),
     });
     tokio::spawn(wait_for_crds(client.clone(), readiness));
     let mut stop = std::pin::pin!(stop);

@@ -39,6 +39,9 @@ pub struct RepositoryContext {
     pub default_poll_interval: Duration,
     /// Upper bound for one remote interaction.
     pub git_timeout: Duration,
+    /// Repositories reconciled at once (a slow Git host must not stall the others, nor may
+    /// thousands of Repositories fetch at the same moment).
+    pub concurrency: u16,
 }
 
 /// Errors that make the reconcile retry with backoff (API server trouble); source, credential
@@ -71,6 +74,7 @@ pub async fn run(
             Default::default(),
         );
     Controller::for_stream(stream, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
