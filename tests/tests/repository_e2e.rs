@@ -64,18 +64,29 @@ impl Env {
         Ok(())
     }
 
+    /// Wait until the Repository satisfies `done` (given the Repository and its Ready condition);
+    /// returns it. Failures report the last Ready condition seen.
+    async fn wait_repository(
+        &self,
+        name: &str,
+        what: &str,
+        deadline: Duration,
+        done: impl Fn(&Repository, Option<&(String, String, String)>) -> bool,
+    ) -> Result<Repository> {
+        let api = self.repositories();
+        wait_for(&format!("Repository {name}: {what}"), deadline, || async {
+            let repo = api.get(name).await?;
+            let ready = ready_condition(&repo);
+            let observed = format!("revision {:?}, Ready {ready:?}", observed_revision(&repo));
+            Ok((done(&repo, ready.as_ref()).then_some(repo), observed))
+        })
+        .await
+    }
+
     /// Wait until the Repository's Ready condition has `status`/`reason`; returns the Repository.
     async fn wait_ready(&self, name: &str, status: &str, reason: &str) -> Result<Repository> {
-        let api = self.repositories();
-        wait_for(&format!("Repository {name} Ready={status}/{reason}"), DEADLINE, || {
-            let api = api.clone();
-            async move {
-                let repo = api.get(name).await?;
-                let ready = ready_condition(&repo);
-                let observed = format!("{ready:?}");
-                let matches = ready.as_ref().is_some_and(|(s, r, _)| s == status && r == reason);
-                Ok((matches.then_some(repo), observed))
-            }
+        self.wait_repository(name, &format!("Ready={status}/{reason}"), DEADLINE, |_, ready| {
+            ready.is_some_and(|(s, r, _)| s == status && r == reason)
         })
         .await
     }
@@ -174,19 +185,12 @@ async fn git_daemon_source_resolves_and_follows_a_push_within_two_seconds() -> R
     assert_ne!(first, second);
     let pushed_at = Instant::now();
     env.request_reconcile("platform").await?;
-    let api = env.repositories();
-    wait_for("observedRevision to follow the push", Duration::from_secs(2), || {
-        let api = api.clone();
-        let second = second.clone();
-        async move {
-            let repo = api.get("platform").await?;
-            let observed = observed_revision(&repo);
-            Ok((
-                (observed.as_deref() == Some(second.as_str())).then_some(()),
-                format!("{observed:?}"),
-            ))
-        }
-    })
+    env.wait_repository(
+        "platform",
+        "observedRevision follows the push",
+        Duration::from_secs(2),
+        |r, _| observed_revision(r).as_deref() == Some(second.as_str()),
+    )
     .await?;
     let elapsed = pushed_at.elapsed();
     assert!(elapsed < Duration::from_secs(2), "followed the push in {elapsed:?}");
@@ -382,21 +386,13 @@ async fn discovery_creates_refuses_forbidden_fields_without_changes_and_deletes_
         let file = format!("{VALID}{new_entry}");
         let commit = repo.commit(&[(".ksync.yaml", &file)], case)?;
         env.request_reconcile("platform").await?;
-        let api = env.repositories();
-        let refused = wait_for(&format!("refusal of {case}"), DEADLINE, || {
-            let api = api.clone();
-            let commit = commit.clone();
-            async move {
-                let r = api.get("platform").await?;
-                let ready = ready_condition(&r);
-                let done = observed_revision(&r).as_deref() == Some(commit.as_str())
-                    && ready.as_ref().is_some_and(|(s, reason, _)| {
-                        s == "False" && reason == "ValidationFailure"
-                    });
-                Ok((done.then_some(r), format!("{ready:?}")))
-            }
-        })
-        .await?;
+        let refused = env
+            .wait_repository("platform", &format!("refusal of {case}"), DEADLINE, |r, ready| {
+                observed_revision(r).as_deref() == Some(commit.as_str())
+                    && ready
+                        .is_some_and(|(s, reason, _)| s == "False" && reason == "ValidationFailure")
+            })
+            .await?;
         let (_, _, message) = ready_condition(&refused).context("Ready")?;
         assert!(message.contains(expected), "{case}: {message}");
         assert_eq!(env.application_names().await?, ["hand", "web"], "{case} changed Applications");
@@ -411,19 +407,11 @@ async fn discovery_creates_refuses_forbidden_fields_without_changes_and_deletes_
     // A configured path escaping the repository is refused before anything is read.
     let escape = json!({"spec": {"applicationConfigPaths": ["../other/.ksync.yaml"]}});
     env.repositories().patch("platform", &PatchParams::default(), &Patch::Merge(&escape)).await?;
-    let api = env.repositories();
-    let escaped = wait_for("refusal of an escaping path", DEADLINE, || {
-        let api = api.clone();
-        async move {
-            let r = api.get("platform").await?;
-            let ready = ready_condition(&r);
-            let done = ready
-                .as_ref()
-                .is_some_and(|(s, _, m)| s == "False" && m.contains("../other/.ksync.yaml"));
-            Ok((done.then_some(r), format!("{ready:?}")))
-        }
-    })
-    .await?;
+    let escaped = env
+        .wait_repository("platform", "refusal of an escaping path", DEADLINE, |_, ready| {
+            ready.is_some_and(|(s, _, m)| s == "False" && m.contains("../other/.ksync.yaml"))
+        })
+        .await?;
     assert!(ready_condition(&escaped).is_some_and(|(_, r, _)| r == "ValidationFailure"));
     assert_eq!(env.application_names().await?, ["hand", "web"]);
 
