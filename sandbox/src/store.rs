@@ -207,6 +207,12 @@ impl Store {
             }
         }
         store.bootstrap_rbac();
+        // The `kubernetes` Service every cluster has in `default`.
+        if let Some(ri) = store.resource("", "v1", "services") {
+            let svc = json!({"metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}], "sessionAffinity": "None", "type": "ClusterIP"}});
+            let _ = store.create(&ri, "default", svc, "kube-apiserver");
+        }
         store
     }
 

@@ -493,6 +493,95 @@ async fn typed_create_commands_send_protobuf() {
         .await,
     );
     assert_eq!(v["data"], serde_json::json!({"a": "1", "b": "2"}));
+    for (args, want) in [
+        (
+            vec![
+                "-n",
+                "apps",
+                "create",
+                "job",
+                "once",
+                "--image=busybox:1.36",
+                "--",
+                "echo",
+                "hi",
+            ],
+            "job.batch/once created",
+        ),
+        (
+            vec![
+                "-n",
+                "apps",
+                "create",
+                "cronjob",
+                "tick",
+                "--image=busybox:1.36",
+                "--schedule=*/5 * * * *",
+            ],
+            "cronjob.batch/tick created",
+        ),
+        (
+            vec!["-n", "apps", "create", "quota", "q", "--hard=pods=10"],
+            "resourcequota/q created",
+        ),
+        (
+            vec![
+                "-n",
+                "apps",
+                "create",
+                "service",
+                "clusterip",
+                "web",
+                "--tcp=80:8080",
+            ],
+            "service/web created",
+        ),
+        (
+            vec![
+                "create",
+                "clusterrole",
+                "pod-reader",
+                "--verb=get",
+                "--resource=pods",
+            ],
+            "clusterrole.rbac.authorization.k8s.io/pod-reader created",
+        ),
+        (
+            vec![
+                "create",
+                "clusterrolebinding",
+                "pod-reader",
+                "--clusterrole=pod-reader",
+                "--user=jane",
+            ],
+            "clusterrolebinding.rbac.authorization.k8s.io/pod-reader created",
+        ),
+    ] {
+        assert_eq!(kubectl_ok(&sb, &args).await.trim(), want);
+    }
+    let w = json(&kubectl_ok(&sb, &["-n", "apps", "get", "job", "once", "-o", "json"]).await);
+    assert_eq!(
+        w["spec"]["template"]["spec"]["containers"][0]["command"],
+        serde_json::json!(["echo", "hi"])
+    );
+    assert_eq!(w["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    let w = json(&kubectl_ok(&sb, &["-n", "apps", "get", "cronjob", "tick", "-o", "json"]).await);
+    assert_eq!(w["spec"]["schedule"], "*/5 * * * *");
+    let w = json(&kubectl_ok(&sb, &["-n", "apps", "get", "svc", "web", "-o", "json"]).await);
+    assert_eq!(w["spec"]["ports"][0]["targetPort"], 8080);
+    assert!(
+        w["spec"]["clusterIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.")),
+        "{w}"
+    );
+    let w = json(&kubectl_ok(&sb, &["-n", "apps", "get", "quota", "q", "-o", "json"]).await);
+    assert_eq!(w["spec"]["hard"]["pods"], "10");
+    let all = kubectl_ok(&sb, &["get", "all", "-n", "default"]).await;
+    assert!(
+        all.contains("service/kubernetes") && all.contains("10.96.0.1"),
+        "{all}"
+    );
     assert_eq!(
         v["metadata"]["managedFields"][0]["manager"],
         "kubectl-create"
