@@ -442,6 +442,128 @@ impl Sim {
         }
     }
 
+    /// StatefulSets: ordinal pods `NAME-0..N-1`; DaemonSets: one pod on the node.
+    fn reconcile_sets(&mut self) {
+        let pods = self.list("pods");
+        for (k, kind) in [("statefulsets", "StatefulSet"), ("daemonsets", "DaemonSet")] {
+            if !self.ris.contains_key(k) {
+                continue;
+            }
+            for set in self.list(k) {
+                if set.pointer("/metadata/deletionTimestamp").is_some() {
+                    continue;
+                }
+                let ns = s(&set, "/metadata/namespace").to_string();
+                let name = s(&set, "/metadata/name").to_string();
+                let want = if kind == "DaemonSet" {
+                    1
+                } else {
+                    set.pointer("/spec/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
+                        .max(0)
+                };
+                let owned: Vec<&Arc<Value>> = Self::owned_by(&pods, &set)
+                    .into_iter()
+                    .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+                    .collect();
+                let tpl = set.pointer("/spec/template").cloned().unwrap_or(json!({}));
+                let hash = hash_name(&tpl.to_string());
+                for i in 0..want {
+                    let pod_name = if kind == "StatefulSet" {
+                        format!("{name}-{i}")
+                    } else {
+                        String::new()
+                    };
+                    let exists = if kind == "StatefulSet" {
+                        owned.iter().any(|p| s(p, "/metadata/name") == pod_name)
+                    } else {
+                        !owned.is_empty()
+                    };
+                    if exists {
+                        continue;
+                    }
+                    let mut labels = tpl
+                        .pointer("/metadata/labels")
+                        .cloned()
+                        .unwrap_or(json!({}));
+                    labels["controller-revision-hash"] = json!(format!("{name}-{hash}"));
+                    let mut meta = json!({"labels": labels, "ownerReferences": [Self::owner_ref(&set, kind, "apps/v1")]});
+                    if kind == "StatefulSet" {
+                        meta["name"] = json!(pod_name);
+                        meta["labels"]["statefulset.kubernetes.io/pod-name"] = json!(pod_name);
+                        meta["labels"]["apps.kubernetes.io/pod-index"] = json!(i.to_string());
+                    } else {
+                        meta["generateName"] = json!(format!("{name}-"));
+                    }
+                    let pod = json!({"metadata": meta, "spec": tpl.get("spec").cloned().unwrap_or(json!({}))});
+                    let ri = self.ri("pods").clone();
+                    if let Ok(p) = self.store.create(&ri, &ns, pod, "kube-controller-manager") {
+                        let ctl = if kind == "StatefulSet" {
+                            "statefulset-controller"
+                        } else {
+                            "daemonset-controller"
+                        };
+                        let msg = if kind == "StatefulSet" {
+                            format!(
+                                "create Pod {} in StatefulSet {name} successful",
+                                s(&p, "/metadata/name")
+                            )
+                        } else {
+                            format!("Created pod: {}", s(&p, "/metadata/name"))
+                        };
+                        self.event(&set, kind, "Normal", "SuccessfulCreate", &msg, ctl);
+                    }
+                }
+                if kind == "StatefulSet" {
+                    for p in owned.iter().filter(|p| {
+                        s(p, "/metadata/name")
+                            .rsplit_once('-')
+                            .and_then(|(_, i)| i.parse::<i64>().ok())
+                            .is_some_and(|i| i >= want)
+                    }) {
+                        let ri = self.ri("pods").clone();
+                        let _ =
+                            self.store
+                                .delete(&ri, &ns, s(p, "/metadata/name"), &json!({}), false);
+                    }
+                }
+                let n = owned.len() as i64;
+                let ready = owned.iter().filter(|p| pod_ready(p)).count() as i64;
+                let observed = set
+                    .pointer("/metadata/generation")
+                    .cloned()
+                    .unwrap_or(json!(1));
+                let rev = format!("{name}-{hash}");
+                let st = if kind == "StatefulSet" {
+                    json!({"observedGeneration": observed, "replicas": n, "readyReplicas": ready, "currentReplicas": n, "updatedReplicas": n,
+                           "availableReplicas": ready, "currentRevision": rev, "updateRevision": rev, "collisionCount": 0})
+                } else {
+                    json!({"observedGeneration": observed, "desiredNumberScheduled": 1, "currentNumberScheduled": n, "numberMisscheduled": 0,
+                           "numberReady": ready, "numberAvailable": ready, "updatedNumberScheduled": n})
+                };
+                let mut st = st;
+                if let Some(m) = st.as_object_mut() {
+                    m.retain(|k, v| {
+                        v != &json!(0)
+                            || matches!(
+                                k.as_str(),
+                                "replicas"
+                                    | "desiredNumberScheduled"
+                                    | "currentNumberScheduled"
+                                    | "numberMisscheduled"
+                                    | "numberReady"
+                            )
+                    });
+                }
+                if kind == "DaemonSet" && ready < 1 {
+                    st["numberUnavailable"] = json!(1 - ready);
+                }
+                self.set_status(k, &set, st, "kube-controller-manager");
+            }
+        }
+    }
+
     fn reconcile_jobs(&mut self) {
         let pods = self.list("pods");
         for job in self.list("jobs") {
@@ -1079,6 +1201,8 @@ pub async fn run(store: Arc<Store>) {
         ("deployments", "apps", "deployments"),
         ("replicasets", "apps", "replicasets"),
         ("jobs", "batch", "jobs"),
+        ("statefulsets", "apps", "statefulsets"),
+        ("daemonsets", "apps", "daemonsets"),
     ] {
         if let Some(ri) = store.resource(g, "v1", plural) {
             ris.insert(k, ri);
@@ -1096,6 +1220,8 @@ pub async fn run(store: Arc<Store>) {
         "/pods",
         "apps/deployments",
         "apps/replicasets",
+        "apps/statefulsets",
+        "apps/daemonsets",
         "batch/jobs",
         "/services",
         "/secrets",
@@ -1105,6 +1231,7 @@ pub async fn run(store: Arc<Store>) {
     loop {
         sim.reconcile_deployments();
         sim.reconcile_replicasets();
+        sim.reconcile_sets();
         sim.reconcile_jobs();
         sim.reconcile_pods();
         sim.reconcile_services();

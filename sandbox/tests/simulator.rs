@@ -275,3 +275,28 @@ async fn failure_kinds_report_real_reasons() {
         "Pending"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statefulsets_and_daemonsets_roll_out() {
+    let sb = sim().await;
+    let sts = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db}\nspec:\n  replicas: 2\n  serviceName: db\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec: {containers: [{name: main, image: \"postgres:16\"}]}\n";
+    let ds = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent}\nspec:\n  selector: {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec: {containers: [{name: main, image: \"agent:1\"}]}\n";
+    kubectl_stdin_ok(&sb, &["apply", "-f", "-"], sts).await;
+    kubectl_stdin_ok(&sb, &["apply", "-f", "-"], ds).await;
+    kubectl_ok(
+        &sb,
+        &["rollout", "status", "statefulset/db", "--timeout=20s"],
+    )
+    .await;
+    kubectl_ok(
+        &sb,
+        &["rollout", "status", "daemonset/agent", "--timeout=20s"],
+    )
+    .await;
+    let pods = kubectl_ok(&sb, &["get", "pods", "-l", "app=db", "-o", "name"]).await;
+    assert_eq!(pods.trim(), "pod/db-0\npod/db-1");
+    let v = get(&sb, &["sts", "db"]).await;
+    assert_eq!(v["status"]["readyReplicas"], 2);
+    let v = get(&sb, &["ds", "agent"]).await;
+    assert_eq!(v["status"]["numberReady"], 1);
+}
