@@ -63,6 +63,8 @@ pub struct Store {
     pub gc: Notify,
     /// Closes every open watch with `410 Gone` (forced compaction).
     pub expire_watches: broadcast::Sender<u64>,
+    /// The cluster CA, published in every namespace as `kube-root-ca.crt`.
+    pub ca_pem: std::sync::OnceLock<String>,
 }
 
 /// Options of one write request.
@@ -192,6 +194,7 @@ impl Store {
             tx,
             gc: Notify::new(),
             expire_watches: expire,
+            ca_pem: std::sync::OnceLock::new(),
         });
         let ri = store
             .resource("", "v1", "namespaces")
@@ -302,6 +305,34 @@ impl Store {
             if let Ok(p) = self.prepare_create(&ri, "", obj, &opts) {
                 let _ = self.commit(p, false);
             }
+        }
+    }
+
+    /// Set the cluster CA and publish it (and the `default` ServiceAccount) in every namespace.
+    pub fn set_ca(&self, pem: &str) {
+        let _ = self.ca_pem.set(pem.to_string());
+        if let Some(ri) = self.resource("", "v1", "namespaces") {
+            for ns in self.list_all(&ri.store_key(), None) {
+                self.namespace_defaults(name_of(&ns));
+            }
+        }
+    }
+
+    /// What kube-controller-manager adds to every new namespace: the `kube-root-ca.crt`
+    /// ConfigMap (root-ca-cert-publisher) and the `default` ServiceAccount.
+    fn namespace_defaults(&self, ns: &str) {
+        let Some(ca) = self.ca_pem.get() else { return };
+        if let Some(ri) = self.resource("", "v1", "configmaps") {
+            let cm = json!({"metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}}, "data": {"ca.crt": ca}});
+            let _ = self.create(&ri, ns, cm, "kube-controller-manager");
+        }
+        if let Some(ri) = self.resource("", "v1", "serviceaccounts") {
+            let _ = self.create(
+                &ri,
+                ns,
+                json!({"metadata": {"name": "default"}}),
+                "kube-controller-manager",
+            );
         }
     }
 
@@ -1050,6 +1081,9 @@ impl Store {
             },
         );
         drop(st);
+        if etype == EventType::Added && p.ri.group.is_empty() && p.ri.plural == "namespaces" {
+            self.namespace_defaults(name_of(&arc));
+        }
         if deleting
             || arc.pointer("/metadata/ownerReferences").is_some()
             || arc.pointer("/metadata/deletionTimestamp").is_some()

@@ -164,7 +164,7 @@ async fn create_get_label_annotate_patch_delete() {
         ],
     )
     .await;
-    assert_eq!(names.trim(), "");
+    assert_eq!(names.trim(), "configmap/kube-root-ca.crt");
 
     // dry-run=server changes nothing.
     kubectl_ok(&sb, &["label", "cm", "cfg", "dry=run", "--dry-run=server"]).await;

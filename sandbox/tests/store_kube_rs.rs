@@ -248,7 +248,7 @@ async fn selectors_and_pagination() {
         .expect("list");
     assert_eq!(set.items.len(), 12);
     let not = cms
-        .list(&ListParams::default().labels("tier!=odd,!missing"))
+        .list(&ListParams::default().labels("tier!=odd,!missing,app"))
         .await
         .expect("list");
     assert_eq!(not.items.len(), 13);
@@ -262,7 +262,7 @@ async fn selectors_and_pagination() {
         .list(&ListParams::default().fields("metadata.namespace=default,metadata.name!=c03"))
         .await
         .expect("list");
-    assert_eq!(by_ns.items.len(), 24);
+    assert_eq!(by_ns.items.len(), 25, "24 of ours and kube-root-ca.crt");
     let e = api_err(
         cms.list(&ListParams::default().fields("data.k=v"))
             .await
@@ -284,7 +284,7 @@ async fn selectors_and_pagination() {
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(c) => {
                 if pages == 1 {
-                    assert_eq!(page.metadata.remaining_item_count, Some(15));
+                    assert_eq!(page.metadata.remaining_item_count, Some(16));
                 }
                 lp = lp.continue_token(&c)
             }
@@ -292,7 +292,7 @@ async fn selectors_and_pagination() {
         }
     }
     assert_eq!(pages, 3);
-    assert_eq!(names.len(), 25);
+    assert_eq!(names.len(), 26, "25 of ours and kube-root-ca.crt");
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted);
@@ -403,7 +403,7 @@ async fn watcher_over_10000_objects_survives_forced_410() {
     let task = tokio::spawn(rf.applied_objects().for_each(|_| async {}));
     common::wait_for("initial sync", Duration::from_secs(60), || {
         let n = reader.state().len();
-        async move { (n == N).then_some(()) }
+        async move { (n == N + 1).then_some(()) }
     })
     .await;
 
@@ -417,7 +417,7 @@ async fn watcher_over_10000_objects_survives_forced_410() {
         .expect("delete");
     common::wait_for("post-410 changes", Duration::from_secs(60), || {
         let st = reader.state();
-        let ok = st.len() == N
+        let ok = st.len() == N + 1
             && st
                 .iter()
                 .any(|c| c.metadata.name.as_deref() == Some("after-410"))
@@ -495,7 +495,11 @@ async fn finalizers_gc_and_namespace_cascade() {
             cms.list(&ListParams::default())
                 .await
                 .ok()
-                .filter(|l| l.items.is_empty())
+                .filter(|l| {
+                    l.items
+                        .iter()
+                        .all(|c| c.metadata.name.as_deref() == Some("kube-root-ca.crt"))
+                })
                 .map(|_| ())
         }
     })
@@ -526,7 +530,11 @@ async fn finalizers_gc_and_namespace_cascade() {
             cms.list(&ListParams::default())
                 .await
                 .ok()
-                .filter(|l| l.items.is_empty())
+                .filter(|l| {
+                    l.items
+                        .iter()
+                        .all(|c| c.metadata.name.as_deref() == Some("kube-root-ca.crt"))
+                })
                 .map(|_| ())
         }
     })
@@ -555,12 +563,13 @@ async fn finalizers_gc_and_namespace_cascade() {
         let cms = cms.clone();
         async move {
             let l = cms.list(&ListParams::default()).await.ok()?;
-            (l.items.len() == 1
-                && l.items[0]
-                    .metadata
-                    .owner_references
-                    .as_ref()
-                    .is_none_or(|r| r.is_empty()))
+            (l.items.len() == 2
+                && l.items.iter().all(|c| {
+                    c.metadata
+                        .owner_references
+                        .as_ref()
+                        .is_none_or(|r| r.is_empty())
+                }))
             .then_some(())
         }
     })
@@ -618,7 +627,7 @@ async fn fault_injection_per_verb() {
             .expect("list")
             .items
             .len(),
-        1
+        2
     );
 
     sb.set_fault(
@@ -780,7 +789,7 @@ async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
     let task = tokio::spawn(rf.applied_objects().for_each(|_| async {}));
     common::wait_for("streamed initial list", Duration::from_secs(20), || {
         let n = reader.state().len();
-        async move { (n == 50).then_some(()) }
+        async move { (n == 51).then_some(()) }
     })
     .await;
     cms.delete("s0", &DeleteParams::default())
@@ -788,7 +797,7 @@ async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
         .expect("delete");
     common::wait_for("delete seen", Duration::from_secs(20), || {
         let n = reader.state().len();
-        async move { (n == 49).then_some(()) }
+        async move { (n == 50).then_some(()) }
     })
     .await;
     task.abort();
