@@ -664,6 +664,25 @@ async fn get_prints_server_side_tables_and_watches() {
         vec!["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
     );
     assert_eq!(&lines[1][..4], &["web", "0/3", "0", "0"]);
+    let out = kubectl_ok(&sb, &["get", "deploy", "-o", "wide"]).await;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        vec![
+            "NAME",
+            "READY",
+            "UP-TO-DATE",
+            "AVAILABLE",
+            "AGE",
+            "CONTAINERS",
+            "IMAGES",
+            "SELECTOR"
+        ]
+    );
+    assert_eq!(&lines[1][5..], &["nginx", "nginx:1.27", "app=web"]);
     let out = kubectl_ok(&sb, &["get", "cm", "-A", "--show-labels"]).await;
     assert!(
         out.lines()
