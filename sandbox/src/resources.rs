@@ -93,6 +93,9 @@ impl ResourceInfo {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if self.group.is_empty() && self.plural == "pods" {
+            out.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
+        }
         if self.scale.is_some() {
             out.push(json!({
                 "name": format!("{}/scale", self.plural),

@@ -1124,6 +1124,83 @@ impl Sim {
     }
 }
 
+/// `pods/log` for simulated containers: a start line for running containers, the crash for
+/// `crashloop` ones (`previous=true` shows the last terminated run), and kubelet's errors otherwise.
+pub fn pod_log(
+    pod: &Value,
+    container: Option<&str>,
+    previous: bool,
+) -> Result<String, crate::status::ApiError> {
+    use crate::status::ApiError;
+    let name = s(pod, "/metadata/name");
+    let containers: Vec<&Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    let c = match container {
+        Some(want) => containers
+            .iter()
+            .find(|c| c["name"] == want)
+            .copied()
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("container {want} is not valid for pod {name}"))
+            })?,
+        None if containers.len() == 1 => containers[0],
+        None => {
+            let names: Vec<&str> = containers
+                .iter()
+                .filter_map(|c| c["name"].as_str())
+                .collect();
+            return Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                names.join(" ")
+            )));
+        }
+    };
+    let cname = c["name"].as_str().unwrap_or_default();
+    let st = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().find(|x| x["name"] == cname))
+        .cloned()
+        .unwrap_or(json!({}));
+    if previous {
+        if st.pointer("/lastState/terminated").is_some() {
+            return Ok(format!(
+                "starting {}\npanic: simulated crash (image tag \"crashloop\")\n",
+                s(c, "/image")
+            ));
+        }
+        return Err(ApiError::bad_request(format!(
+            "previous terminated container \"{cname}\" in pod \"{name}\" not found"
+        )));
+    }
+    if let Some(reason) = st.pointer("/state/waiting/reason").and_then(Value::as_str) {
+        if reason != "CrashLoopBackOff" {
+            return Err(ApiError::bad_request(format!(
+                "container \"{cname}\" in pod \"{name}\" is waiting to start: {}",
+                if reason == "ContainerCreating" {
+                    "ContainerCreating".to_string()
+                } else {
+                    reason.to_string()
+                }
+            )));
+        }
+        return Ok(format!(
+            "starting {}\npanic: simulated crash (image tag \"crashloop\")\n",
+            s(c, "/image")
+        ));
+    }
+    if st.pointer("/state/running").is_none() && st.pointer("/state/terminated").is_none() {
+        return Err(ApiError::bad_request(format!(
+            "container \"{cname}\" in pod \"{name}\" is waiting to start: ContainerCreating"
+        )));
+    }
+    Ok(format!("starting {}\n", s(c, "/image")))
+}
+
 fn pod_ready(p: &Value) -> bool {
     p.pointer("/status/conditions")
         .and_then(Value::as_array)

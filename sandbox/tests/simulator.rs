@@ -145,6 +145,8 @@ async fn failure_kinds_report_real_reasons() {
         ],
     )
     .await;
+    let logs = kubectl_ok(&sb, &["logs", "-l", "app=cfgerr"]).await;
+    assert_eq!(logs.trim(), "starting app:1");
 
     // Unreachable registry: ErrImagePull then ImagePullBackOff.
     kubectl_stdin_ok(
@@ -178,6 +180,9 @@ async fn failure_kinds_report_real_reasons() {
             .unwrap_or_default()
             .starts_with("back-off 10s restarting failed container=main pod=")
     );
+    let pod = p["metadata"]["name"].as_str().expect("name").to_string();
+    let logs = kubectl_ok(&sb, &["logs", &pod, "--previous"]).await;
+    assert!(logs.contains("panic: simulated crash"), "{logs}");
     let d = get(&sb, &["deployment", "crash"]).await;
     let avail = d["status"]["conditions"]
         .as_array()
