@@ -180,6 +180,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         ("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], false, false),
         ("", "v1", "services", "Service", true, &["svc"], true, false),
         ("", "v1", "endpoints", "Endpoints", true, &["ep"], false, false),
+        ("", "v1", "replicationcontrollers", "ReplicationController", true, &["rc"], true, true),
         ("", "v1", "pods", "Pod", true, &["po"], true, false),
         ("", "v1", "nodes", "Node", false, &["no"], true, false),
         ("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true, &["pvc"], true, false),

@@ -1166,6 +1166,15 @@ impl Store {
             });
         let mut obj = (*old).clone();
         let is_ns = ri.group.is_empty() && ri.plural == "namespaces";
+        // NamespaceLifecycle admission: the system namespaces stay.
+        if is_ns && matches!(name, "default" | "kube-system" | "kube-public") {
+            return Err(ApiError::forbidden(
+                "",
+                "namespaces",
+                name,
+                "this namespace may not be deleted",
+            ));
+        }
         let mut finalizers: Vec<Value> = obj
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)

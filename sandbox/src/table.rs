@@ -173,6 +173,11 @@ fn columns(ri: &ResourceInfo) -> (Vec<Value>, bool) {
     let c = |n: &str| col(n, "string", "", 0);
     let ci = |n: &str| col(n, "integer", "", 0);
     let cols = match (ri.group.as_str(), ri.plural.as_str()) {
+        ("apiextensions.k8s.io", "customresourcedefinitions")
+        | ("rbac.authorization.k8s.io", "roles")
+        | ("rbac.authorization.k8s.io", "clusterroles") => {
+            return (vec![col("Created At", "date", "", 0)], false);
+        }
         ("", "configmaps") => vec![ci("Data")],
         ("", "secrets") => vec![c("Type"), ci("Data")],
         ("", "serviceaccounts") => vec![ci("Secrets")],
@@ -223,6 +228,11 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
             .collect();
     }
     match (ri.group.as_str(), ri.plural.as_str()) {
+        ("apiextensions.k8s.io", "customresourcedefinitions")
+        | ("rbac.authorization.k8s.io", "roles")
+        | ("rbac.authorization.k8s.io", "clusterroles") => {
+            vec![json!(s(o, "/metadata/creationTimestamp"))]
+        }
         ("", "configmaps") => vec![json!(
             o.get("data").map(count).unwrap_or(0) + o.get("binaryData").map(count).unwrap_or(0)
         )],

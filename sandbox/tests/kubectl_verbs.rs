@@ -294,6 +294,28 @@ async fn finalizers_namespaces_and_wait() {
         ],
     )
     .await;
+    let out = kubectl_ok(&sb, &["get", "crd"]).await;
+    assert_eq!(
+        out.lines()
+            .next()
+            .map(|h| h.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["NAME", "CREATED", "AT"])
+    );
+    let o = kubectl(&sb, &["delete", "namespace", "default"]).await;
+    assert_eq!(
+        stderr(&o).trim(),
+        "Error from server (Forbidden): namespaces \"default\" is forbidden: this namespace may not be deleted"
+    );
+    // apply --prune with kubectl's default allowlist (it needs every kind of that list served).
+    let two = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pa, labels: {set: one}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: pb, labels: {set: one}}\n";
+    kubectl_stdin_ok(&sb, &["apply", "-l", "set=one", "--prune", "-f", "-"], two).await;
+    let out = kubectl_stdin_ok(
+        &sb,
+        &["apply", "-l", "set=one", "--prune", "-f", "-"],
+        two.split("---").next().unwrap_or_default(),
+    )
+    .await;
+    assert!(out.contains("configmap/pb pruned"), "{out}");
     let res = kubectl_ok(
         &sb,
         &["api-resources", "--api-group=example.com", "-o", "name"],
