@@ -1209,6 +1209,7 @@ impl Store {
             st.rv += 1;
             let rv = st.rv;
             let mut gone = (*cur).clone();
+            let mut removed_crs: Option<(String, BTreeMap<String, Arc<Value>>)> = None;
             gone["metadata"]["resourceVersion"] = json!(rv.to_string());
             if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
                 Self::refresh_crds(&mut st);
@@ -1221,7 +1222,10 @@ impl Store {
                     .pointer("/spec/names/plural")
                     .and_then(Value::as_str)
                     .unwrap_or_default();
-                st.objects.remove(&format!("{g}/{pl}"));
+                let sk_cr = format!("{g}/{pl}");
+                if let Some(crs) = st.objects.remove(&sk_cr) {
+                    removed_crs = Some((sk_cr, crs));
+                }
             }
             let ev_ns = ns_of(&gone).to_string();
             let arc = Arc::new(gone);
@@ -1237,6 +1241,25 @@ impl Store {
                     prev: Some(cur),
                 },
             );
+            if let Some((sk_cr, crs)) = removed_crs {
+                // Watchers of the custom resources see them go (after the CRD, in order).
+                for (_, o) in crs {
+                    st.rv += 1;
+                    let r = st.rv;
+                    let mut g2 = (*o).clone();
+                    g2["metadata"]["resourceVersion"] = json!(r.to_string());
+                    let ns = ns_of(&g2).to_string();
+                    let ev = Event {
+                        rv: r,
+                        store_key: sk_cr.clone(),
+                        ns,
+                        etype: EventType::Deleted,
+                        obj: Arc::new(g2),
+                        prev: Some(o),
+                    };
+                    Self::record(&mut st, &self.tx, ev);
+                }
+            }
             drop(st);
             self.gc.notify_one();
             return Ok((delete_response(ri, &arc), true));

@@ -676,6 +676,39 @@ async fn harness_namespaces_and_crds() {
     let client = sb.client().await.expect("client");
     let disc = kube::Discovery::new(client).run().await.expect("discovery");
     assert!(disc.groups().any(|g| g.name() == "example.com"));
+
+    // Deleting the CRD deletes its custom resources; their watchers see it.
+    let client = sb.client().await.expect("client");
+    let ar = kube::discovery::ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Thing".into(),
+        plural: "things".into(),
+    };
+    let things: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), &a, &ar);
+    let t: kube::api::DynamicObject = serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t1"}, "spec": {"x": 1}})).expect("thing");
+    let made = things
+        .create(&PostParams::default(), &t)
+        .await
+        .expect("create thing");
+    let rv = made.metadata.resource_version.clone().expect("rv");
+    let mut w = things
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .expect("watch")
+        .boxed();
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    crds.delete("things.example.com", &DeleteParams::default())
+        .await
+        .expect("delete crd");
+    let ev = tokio::time::timeout(Duration::from_secs(10), w.next())
+        .await
+        .expect("event in time");
+    assert!(
+        matches!(ev, Some(Ok(WatchEvent::Deleted(ref o))) if o.metadata.name.as_deref() == Some("t1")),
+        "{ev:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
