@@ -211,6 +211,43 @@ pub fn prepare_create(ri: &ResourceInfo, obj: &mut Value) {
         }
         ("", "services") => {
             m.insert("status".into(), json!({"loadBalancer": {}}));
+            // ClusterIP allocation from the default service CIDR 10.96.0.0/12 (stable per name).
+            let ty = m
+                .get("spec")
+                .and_then(|s| s.get("type"))
+                .and_then(Value::as_str)
+                .unwrap_or("ClusterIP")
+                .to_string();
+            let key = format!(
+                "{}/{}",
+                m.get("metadata")
+                    .and_then(|x| x.get("namespace"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+                m.get("metadata")
+                    .and_then(|x| x.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            );
+            if let Some(spec) = m.get_mut("spec").and_then(Value::as_object_mut) {
+                if ty != "ExternalName" && !spec.contains_key("clusterIP") {
+                    let h = key
+                        .bytes()
+                        .fold(2166136261u32, |h, b| (h ^ b as u32).wrapping_mul(16777619));
+                    let ip = if key == "default/kubernetes" {
+                        "10.96.0.1".to_string()
+                    } else {
+                        format!("10.{}.{}.{}", 96 + (h >> 16) % 16, (h >> 8) % 256, 2 + h % 250)
+                    };
+                    spec.insert("clusterIP".into(), json!(ip));
+                    spec.insert("clusterIPs".into(), json!([ip]));
+                }
+                if ty != "ExternalName" {
+                    spec.entry("ipFamilies").or_insert(json!(["IPv4"]));
+                    spec.entry("ipFamilyPolicy").or_insert(json!("SingleStack"));
+                    spec.entry("internalTrafficPolicy").or_insert(json!("Cluster"));
+                }
+            }
         }
         ("", "nodes") | ("", "persistentvolumes") => {}
         ("", "persistentvolumeclaims") => {

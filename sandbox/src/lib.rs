@@ -106,6 +106,7 @@ impl Sandbox {
         let addr = listener.local_addr()?;
         let token = format!("ksync-admin-{}", uuid::Uuid::new_v4().simple());
         let store = store::Store::new(opts.watch_history.max(1));
+        store.set_ca(&pki.ca_pem);
         let app = Arc::new(server::App {
             store: store.clone(),
             admin_token: token.clone(),

@@ -7,6 +7,7 @@
 
 use crate::status::ApiError;
 use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1 as batch;
 use k8s_openapi::api::{
     apps::v1 as apps, authorization::v1 as authz, core::v1 as core, rbac::v1 as rbac,
 };
@@ -15,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_pb::api::apps::v1 as papps;
 use k8s_pb::api::authorization::v1 as pauthz;
+use k8s_pb::api::batch::v1 as pbatch;
 use k8s_pb::api::core::v1 as pcore;
 use k8s_pb::api::rbac::v1 as prbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pmeta;
@@ -151,6 +153,26 @@ fn pod_spec(p: pcore::PodSpec) -> core::PodSpec {
         scheduler_name: s(p.scheduler_name),
         hostname: s(p.hostname),
         priority_class_name: s(p.priority_class_name),
+        ..Default::default()
+    }
+}
+
+fn job_spec(sp: pbatch::JobSpec) -> batch::JobSpec {
+    let tpl = sp.template.unwrap_or_default();
+    batch::JobSpec {
+        parallelism: sp.parallelism,
+        completions: sp.completions,
+        active_deadline_seconds: sp.active_deadline_seconds,
+        backoff_limit: sp.backoff_limit,
+        manual_selector: sp.manual_selector,
+        selector: sp.selector.map(|s| label_selector(Some(s))),
+        template: core::PodTemplateSpec {
+            metadata: Some(meta(tpl.metadata)),
+            spec: tpl.spec.map(pod_spec),
+        },
+        ttl_seconds_after_finished: sp.ttl_seconds_after_finished,
+        completion_mode: s(sp.completion_mode),
+        suspend: sp.suspend,
         ..Default::default()
     }
 }
@@ -293,6 +315,49 @@ pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
                     revision_history_limit: sp.revision_history_limit,
                     paused: sp.paused.filter(|b| *b),
                     progress_deadline_seconds: sp.progress_deadline_seconds,
+                }),
+                status: None,
+            })?
+        }
+        ("batch/v1", "Job") => {
+            let x = pbatch::Job::decode(raw).map_err(bad)?;
+            to_value(&batch::Job {
+                metadata: meta(x.metadata),
+                spec: x.spec.map(job_spec),
+                status: None,
+            })?
+        }
+        ("batch/v1", "CronJob") => {
+            let x = pbatch::CronJob::decode(raw).map_err(bad)?;
+            let sp = x.spec.unwrap_or_default();
+            let jt = sp.job_template.unwrap_or_default();
+            to_value(&batch::CronJob {
+                metadata: meta(x.metadata),
+                spec: Some(batch::CronJobSpec {
+                    schedule: sp.schedule.unwrap_or_default(),
+                    time_zone: s(sp.time_zone),
+                    starting_deadline_seconds: sp.starting_deadline_seconds,
+                    concurrency_policy: s(sp.concurrency_policy),
+                    suspend: sp.suspend,
+                    job_template: batch::JobTemplateSpec {
+                        metadata: Some(meta(jt.metadata)),
+                        spec: jt.spec.map(job_spec),
+                    },
+                    successful_jobs_history_limit: sp.successful_jobs_history_limit,
+                    failed_jobs_history_limit: sp.failed_jobs_history_limit,
+                }),
+                status: None,
+            })?
+        }
+        ("v1", "ResourceQuota") => {
+            let x = pcore::ResourceQuota::decode(raw).map_err(bad)?;
+            let sp = x.spec.unwrap_or_default();
+            to_value(&core::ResourceQuota {
+                metadata: meta(x.metadata),
+                spec: Some(core::ResourceQuotaSpec {
+                    hard: quantities(sp.hard),
+                    scopes: v(sp.scopes),
+                    scope_selector: None,
                 }),
                 status: None,
             })?

@@ -84,6 +84,9 @@ impl ResourceInfo {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if self.group.is_empty() && self.plural == "pods" {
+            out.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
+        }
         if self.scale.is_some() {
             out.push(json!({
                 "name": format!("{}/scale", self.plural),
@@ -168,6 +171,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         ("", "v1", "serviceaccounts", "ServiceAccount", true, &["sa"], false, false),
         ("", "v1", "services", "Service", true, &["svc"], true, false),
         ("", "v1", "endpoints", "Endpoints", true, &["ep"], false, false),
+        ("", "v1", "replicationcontrollers", "ReplicationController", true, &["rc"], true, true),
         ("", "v1", "pods", "Pod", true, &["po"], true, false),
         ("", "v1", "nodes", "Node", false, &["no"], true, false),
         ("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", true, &["pvc"], true, false),

@@ -274,7 +274,8 @@ fn parse_target(store: &Store, g: &str, v: &str, rest: &[&str]) -> ApiResult<Tar
     let sub_ok = sub.is_empty()
         || sub == "status" && ri.status
         || sub == "scale" && ri.scale.is_some()
-        || sub == "finalize" && ri.plural == "namespaces";
+        || sub == "finalize" && ri.plural == "namespaces"
+        || sub == "log" && ri.group.is_empty() && ri.plural == "pods";
     if !sub_ok {
         return Err(ApiError::path_not_found());
     }
@@ -546,6 +547,15 @@ async fn resource_request(
             }
             let list = json!({"kind": format!("{}List", ri.kind), "apiVersion": ri.api_version(), "metadata": meta, "items": items});
             Ok(json_response(200, &list))
+        }
+        (Method::GET, Some(name)) if t.sub == "log" => {
+            let o = store.get(ri, &ns, name)?;
+            let text = crate::simulator::logs::pod_log(
+                &o,
+                q.get("container").map(String::as_str),
+                q.get("previous").is_some_and(|p| p == "true"),
+            )?;
+            Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], text).into_response())
         }
         (Method::GET, Some(name)) => {
             let o = store.get(ri, &ns, name)?;

@@ -63,6 +63,8 @@ pub struct Store {
     pub gc: Notify,
     /// Closes every open watch with `410 Gone` (forced compaction).
     pub expire_watches: broadcast::Sender<u64>,
+    /// The cluster CA, published in every namespace as `kube-root-ca.crt`.
+    pub ca_pem: std::sync::OnceLock<String>,
 }
 
 /// Options of one write request.
@@ -171,6 +173,7 @@ impl Store {
             tx,
             gc: Notify::new(),
             expire_watches: expire,
+            ca_pem: std::sync::OnceLock::new(),
         });
         let ri = store.resource("", "v1", "namespaces").expect("namespaces resource");
         for ns in DEFAULT_NAMESPACES {
@@ -181,6 +184,12 @@ impl Store {
             }
         }
         store.bootstrap_rbac();
+        // The `kubernetes` Service every cluster has in `default`.
+        if let Some(ri) = store.resource("", "v1", "services") {
+            let svc = json!({"metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                "spec": {"ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}], "sessionAffinity": "None", "type": "ClusterIP"}});
+            let _ = store.create(&ri, "default", svc, "kube-apiserver");
+        }
         store
     }
 
@@ -258,6 +267,34 @@ impl Store {
             if let Ok(p) = self.prepare_create(&ri, "", obj, &opts) {
                 let _ = self.commit(p, false);
             }
+        }
+    }
+
+    /// Set the cluster CA and publish it (and the `default` ServiceAccount) in every namespace.
+    pub fn set_ca(&self, pem: &str) {
+        let _ = self.ca_pem.set(pem.to_string());
+        if let Some(ri) = self.resource("", "v1", "namespaces") {
+            for ns in self.list_all(&ri.store_key(), None) {
+                self.namespace_defaults(name_of(&ns));
+            }
+        }
+    }
+
+    /// What kube-controller-manager adds to every new namespace: the `kube-root-ca.crt`
+    /// ConfigMap (root-ca-cert-publisher) and the `default` ServiceAccount.
+    fn namespace_defaults(&self, ns: &str) {
+        let Some(ca) = self.ca_pem.get() else { return };
+        if let Some(ri) = self.resource("", "v1", "configmaps") {
+            let cm = json!({"metadata": {"name": "kube-root-ca.crt", "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}}, "data": {"ca.crt": ca}});
+            let _ = self.create(&ri, ns, cm, "kube-controller-manager");
+        }
+        if let Some(ri) = self.resource("", "v1", "serviceaccounts") {
+            let _ = self.create(
+                &ri,
+                ns,
+                json!({"metadata": {"name": "default"}}),
+                "kube-controller-manager",
+            );
         }
     }
 
@@ -928,6 +965,9 @@ impl Store {
             Event { rv, store_key: sk, ns, etype, obj: arc.clone(), prev: p.old },
         );
         drop(st);
+        if etype == EventType::Added && p.ri.group.is_empty() && p.ri.plural == "namespaces" {
+            self.namespace_defaults(name_of(&arc));
+        }
         if deleting
             || arc.pointer("/metadata/ownerReferences").is_some()
             || arc.pointer("/metadata/deletionTimestamp").is_some()
@@ -1006,6 +1046,15 @@ impl Store {
         });
         let mut obj = (*old).clone();
         let is_ns = ri.group.is_empty() && ri.plural == "namespaces";
+        // NamespaceLifecycle admission: the system namespaces stay.
+        if is_ns && matches!(name, "default" | "kube-system" | "kube-public") {
+            return Err(ApiError::forbidden(
+                "",
+                "namespaces",
+                name,
+                "this namespace may not be deleted",
+            ));
+        }
         let mut finalizers: Vec<Value> = obj
             .pointer("/metadata/finalizers")
             .and_then(Value::as_array)
@@ -1040,6 +1089,7 @@ impl Store {
             st.rv += 1;
             let rv = st.rv;
             let mut gone = (*cur).clone();
+            let mut removed_crs: Option<(String, BTreeMap<String, Arc<Value>>)> = None;
             gone["metadata"]["resourceVersion"] = json!(rv.to_string());
             if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
                 Self::refresh_crds(&mut st);
@@ -1047,7 +1097,10 @@ impl Store {
                 let g = cur.pointer("/spec/group").and_then(Value::as_str).unwrap_or_default();
                 let pl =
                     cur.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or_default();
-                st.objects.remove(&format!("{g}/{pl}"));
+                let sk_cr = format!("{g}/{pl}");
+                if let Some(crs) = st.objects.remove(&sk_cr) {
+                    removed_crs = Some((sk_cr, crs));
+                }
             }
             let ev_ns = ns_of(&gone).to_string();
             let arc = Arc::new(gone);
@@ -1063,6 +1116,25 @@ impl Store {
                     prev: Some(cur),
                 },
             );
+            if let Some((sk_cr, crs)) = removed_crs {
+                // Watchers of the custom resources see them go (after the CRD, in order).
+                for (_, o) in crs {
+                    st.rv += 1;
+                    let r = st.rv;
+                    let mut g2 = (*o).clone();
+                    g2["metadata"]["resourceVersion"] = json!(r.to_string());
+                    let ns = ns_of(&g2).to_string();
+                    let ev = Event {
+                        rv: r,
+                        store_key: sk_cr.clone(),
+                        ns,
+                        etype: EventType::Deleted,
+                        obj: Arc::new(g2),
+                        prev: Some(o),
+                    };
+                    Self::record(&mut st, &self.tx, ev);
+                }
+            }
             drop(st);
             self.gc.notify_one();
             return Ok((delete_response(ri, &arc), true));

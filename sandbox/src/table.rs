@@ -147,6 +147,11 @@ fn columns(ri: &ResourceInfo) -> (Vec<Value>, bool) {
     let c = |n: &str| col(n, "string", "", 0);
     let ci = |n: &str| col(n, "integer", "", 0);
     let cols = match (ri.group.as_str(), ri.plural.as_str()) {
+        ("apiextensions.k8s.io", "customresourcedefinitions")
+        | ("rbac.authorization.k8s.io", "roles")
+        | ("rbac.authorization.k8s.io", "clusterroles") => {
+            return (vec![col("Created At", "date", "", 0)], false);
+        }
         ("", "configmaps") => vec![ci("Data")],
         ("", "secrets") => vec![c("Type"), ci("Data")],
         ("", "serviceaccounts") => vec![ci("Secrets")],
@@ -193,6 +198,11 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
             .collect();
     }
     match (ri.group.as_str(), ri.plural.as_str()) {
+        ("apiextensions.k8s.io", "customresourcedefinitions")
+        | ("rbac.authorization.k8s.io", "roles")
+        | ("rbac.authorization.k8s.io", "clusterroles") => {
+            vec![json!(s(o, "/metadata/creationTimestamp"))]
+        }
         ("", "configmaps") => vec![json!(
             o.get("data").map(count).unwrap_or(0) + o.get("binaryData").map(count).unwrap_or(0)
         )],
@@ -340,6 +350,7 @@ fn row(ri: &ResourceInfo, o: &Value, include: &str) -> Value {
         if age_last {
             c.push(json!(age(o.pointer("/metadata/creationTimestamp").and_then(Value::as_str))));
         }
+        c.extend(wide_cells(ri, o));
     }
     let mut r = json!({"cells": c});
     match include {
@@ -375,7 +386,66 @@ pub fn column_definitions(ri: &ResourceInfo) -> Vec<Value> {
     if age_last {
         defs.push(json!({"name": "Age", "type": "string", "format": "", "description": "CreationTimestamp is a timestamp representing the server time when this object was created.", "priority": 0}));
     }
+    defs.extend(wide_columns(ri).into_iter().map(|n| col(n, "string", "", 1)));
     defs
+}
+
+/// `-o wide` columns (priority 1) of the built-in printers.
+fn wide_columns(ri: &ResourceInfo) -> Vec<&'static str> {
+    if ri.custom {
+        return vec![];
+    }
+    match (ri.group.as_str(), ri.plural.as_str()) {
+        ("", "pods") => vec!["IP", "Node", "Nominated Node", "Readiness Gates"],
+        ("apps", "deployments") | ("apps", "replicasets") | ("apps", "statefulsets") => {
+            vec!["Containers", "Images", "Selector"]
+        }
+        ("", "services") => vec!["Selector"],
+        _ => vec![],
+    }
+}
+
+fn wide_cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
+    let none = |x: String| {
+        if x.is_empty() { "<none>".to_string() } else { x }
+    };
+    match wide_columns(ri).first() {
+        Some(&"IP") => vec![
+            json!(none(s(o, "/status/podIP").to_string())),
+            json!(none(s(o, "/spec/nodeName").to_string())),
+            json!(none(s(o, "/status/nominatedNodeName").to_string())),
+            json!("<none>"),
+        ],
+        Some(&"Containers") => {
+            let cs: Vec<&Value> = o
+                .pointer("/spec/template/spec/containers")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .collect();
+            let names: Vec<&str> = cs.iter().filter_map(|c| c["name"].as_str()).collect();
+            let images: Vec<&str> = cs.iter().filter_map(|c| c["image"].as_str()).collect();
+            let sel: Vec<String> = o
+                .pointer("/spec/selector/matchLabels")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            vec![json!(names.join(",")), json!(images.join(",")), json!(none(sel.join(",")))]
+        }
+        Some(&"Selector") => {
+            let sel: Vec<String> = o
+                .pointer("/spec/selector")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect();
+            vec![json!(none(sel.join(",")))]
+        }
+        _ => vec![],
+    }
 }
 
 /// A Table of objects; `meta` is the list metadata (resourceVersion, continue).

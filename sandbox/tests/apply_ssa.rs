@@ -353,7 +353,9 @@ async fn kube_runtime_controller_runs_against_the_sandbox() {
     common::wait_for("all reconciled", Duration::from_secs(20), || {
         let cms = cms.clone();
         async move {
-            let l = cms.list(&Default::default()).await.ok()?;
+            let mut l = cms.list(&Default::default()).await.ok()?;
+            // Every namespace also holds kube-root-ca.crt (reconciled too).
+            l.items.retain(|c| c.metadata.name.as_deref() != Some("kube-root-ca.crt"));
             (l.items.len() == 5
                 && l.items.iter().all(|c| {
                     c.metadata.annotations.as_ref().is_some_and(|a| a.contains_key("reconciled"))
@@ -363,4 +365,40 @@ async fn kube_runtime_controller_runs_against_the_sandbox() {
     })
     .await;
     task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleared_managed_fields_become_before_first_apply() {
+    let sb = common::sandbox().await;
+    common::kubectl_ok(&sb, &["create", "configmap", "c", "--from-literal=k=v"]).await;
+    // Clearing managedFields (https://kubernetes.io/docs/reference/using-api/server-side-apply/#clearing-managedfields).
+    common::kubectl_ok(
+        &sb,
+        &[
+            "patch",
+            "cm",
+            "c",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/metadata/managedFields","value":[{}]}]"#,
+        ],
+    )
+    .await;
+    let v: Value = serde_json::from_str(
+        &common::kubectl_ok(&sb, &["get", "cm", "c", "-o", "json", "--show-managed-fields"]).await,
+    )
+    .expect("json");
+    assert!(v["metadata"].get("managedFields").is_none(), "{v}");
+    let cfg = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {k: v2}\n";
+    let o = common::kubectl_in(
+        &sb,
+        &["apply", "--server-side", "--field-manager=ci", "-f", "-"],
+        Some(cfg),
+    )
+    .await;
+    assert!(
+        common::stderr(&o).starts_with("error: Apply failed with 1 conflict: conflict with \"before-first-apply\" using v1: .data.k"),
+        "{}",
+        common::stderr(&o)
+    );
 }

@@ -136,7 +136,7 @@ async fn create_get_label_annotate_patch_delete() {
     let names =
         kubectl_ok(&sb, &["get", "cm", "--field-selector", "metadata.name!=cfg", "-o", "name"])
             .await;
-    assert_eq!(names.trim(), "");
+    assert_eq!(names.trim(), "configmap/kube-root-ca.crt");
 
     // dry-run=server changes nothing.
     kubectl_ok(&sb, &["label", "cm", "cfg", "dry=run", "--dry-run=server"]).await;
@@ -242,6 +242,26 @@ async fn finalizers_namespaces_and_wait() {
         &["wait", "--for=condition=Established", "crd/widgets.example.com", "--timeout=20s"],
     )
     .await;
+    let out = kubectl_ok(&sb, &["get", "crd"]).await;
+    assert_eq!(
+        out.lines().next().map(|h| h.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["NAME", "CREATED", "AT"])
+    );
+    let o = kubectl(&sb, &["delete", "namespace", "default"]).await;
+    assert_eq!(
+        stderr(&o).trim(),
+        "Error from server (Forbidden): namespaces \"default\" is forbidden: this namespace may not be deleted"
+    );
+    // apply --prune with kubectl's default allowlist (it needs every kind of that list served).
+    let two = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pa, labels: {set: one}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: pb, labels: {set: one}}\n";
+    kubectl_stdin_ok(&sb, &["apply", "-l", "set=one", "--prune", "-f", "-"], two).await;
+    let out = kubectl_stdin_ok(
+        &sb,
+        &["apply", "-l", "set=one", "--prune", "-f", "-"],
+        two.split("---").next().unwrap_or_default(),
+    )
+    .await;
+    assert!(out.contains("configmap/pb pruned"), "{out}");
     let res = kubectl_ok(&sb, &["api-resources", "--api-group=example.com", "-o", "name"]).await;
     assert_eq!(res.trim(), "widgets.example.com");
     kubectl_stdin_ok(
@@ -408,6 +428,60 @@ async fn typed_create_commands_send_protobuf() {
         .await,
     );
     assert_eq!(v["data"], serde_json::json!({"a": "1", "b": "2"}));
+    for (args, want) in [
+        (
+            vec!["-n", "apps", "create", "job", "once", "--image=busybox:1.36", "--", "echo", "hi"],
+            "job.batch/once created",
+        ),
+        (
+            vec![
+                "-n",
+                "apps",
+                "create",
+                "cronjob",
+                "tick",
+                "--image=busybox:1.36",
+                "--schedule=*/5 * * * *",
+            ],
+            "cronjob.batch/tick created",
+        ),
+        (vec!["-n", "apps", "create", "quota", "q", "--hard=pods=10"], "resourcequota/q created"),
+        (
+            vec!["-n", "apps", "create", "service", "clusterip", "web", "--tcp=80:8080"],
+            "service/web created",
+        ),
+        (
+            vec!["create", "clusterrole", "pod-reader", "--verb=get", "--resource=pods"],
+            "clusterrole.rbac.authorization.k8s.io/pod-reader created",
+        ),
+        (
+            vec![
+                "create",
+                "clusterrolebinding",
+                "pod-reader",
+                "--clusterrole=pod-reader",
+                "--user=jane",
+            ],
+            "clusterrolebinding.rbac.authorization.k8s.io/pod-reader created",
+        ),
+    ] {
+        assert_eq!(kubectl_ok(&sb, &args).await.trim(), want);
+    }
+    let w = json(&kubectl_ok(&sb, &["-n", "apps", "get", "job", "once", "-o", "json"]).await);
+    assert_eq!(
+        w["spec"]["template"]["spec"]["containers"][0]["command"],
+        serde_json::json!(["echo", "hi"])
+    );
+    assert_eq!(w["spec"]["template"]["spec"]["restartPolicy"], "Never");
+    let w = json(&kubectl_ok(&sb, &["-n", "apps", "get", "cronjob", "tick", "-o", "json"]).await);
+    assert_eq!(w["spec"]["schedule"], "*/5 * * * *");
+    let w = json(&kubectl_ok(&sb, &["-n", "apps", "get", "svc", "web", "-o", "json"]).await);
+    assert_eq!(w["spec"]["ports"][0]["targetPort"], 8080);
+    assert!(w["spec"]["clusterIP"].as_str().is_some_and(|ip| ip.starts_with("10.")), "{w}");
+    let w = json(&kubectl_ok(&sb, &["-n", "apps", "get", "quota", "q", "-o", "json"]).await);
+    assert_eq!(w["spec"]["hard"]["pods"], "10");
+    let all = kubectl_ok(&sb, &["get", "all", "-n", "default"]).await;
+    assert!(all.contains("service/kubernetes") && all.contains("10.96.0.1"), "{all}");
     assert_eq!(v["metadata"]["managedFields"][0]["manager"], "kubectl-create");
     let v = json(&kubectl_ok(&sb, &["-n", "apps", "get", "secret", "pw", "-o", "json"]).await);
     assert_eq!(v["data"]["password"], "czNjcjN0");
@@ -450,6 +524,13 @@ async fn get_prints_server_side_tables_and_watches() {
     let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
     assert_eq!(lines[0], vec!["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]);
     assert_eq!(&lines[1][..4], &["web", "0/3", "0", "0"]);
+    let out = kubectl_ok(&sb, &["get", "deploy", "-o", "wide"]).await;
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines[0],
+        vec!["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES", "SELECTOR"]
+    );
+    assert_eq!(&lines[1][5..], &["nginx", "nginx:1.27", "app=web"]);
     let out = kubectl_ok(&sb, &["get", "cm", "-A", "--show-labels"]).await;
     assert!(
         out.lines().next().is_some_and(|h| h.split_whitespace().collect::<Vec<_>>()

@@ -492,7 +492,7 @@ async fn unreachable_registry_is_err_image_pull_then_image_pull_back_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashing_container_is_crash_loop_back_off_with_rising_restarts() {
-    let (_sb, client) = sim().await;
+    let (sb, client) = sim().await;
     let _p: Pod = create(&client, pod_json("crash", json!({"name": "app", "image": "busybox:1.36", "env": [{"name": "KSYNC_SIMULATE", "value": "crash"}]}))).await;
     let p = wait_pod(&client, "crash", "CrashLoopBackOff", |p| {
         waiting(p).is_some_and(|w| w.0 == "CrashLoopBackOff")
@@ -525,6 +525,17 @@ async fn crashing_container_is_crash_loop_back_off_with_rising_restarts() {
         Some(&format!("Back-off restarting failed container app in pod crash_default({uid})")),
     )
     .await;
+    // kubectl logs --previous shows the crashed instance (pods/log).
+    let out = tokio::process::Command::new("/usr/bin/kubectl")
+        .arg("--kubeconfig")
+        .arg(sb.kubeconfig_path())
+        .args(["logs", "crash", "--previous", "-n", "default"])
+        .output()
+        .await
+        .expect("kubectl");
+    let logs = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(logs.contains("simulated crash (KSYNC_SIMULATE=crash): exit code 1"), "{logs}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -170,7 +170,8 @@ async fn selectors_and_pagination() {
     assert_eq!(even.items.len(), 13);
     let set = cms.list(&ListParams::default().labels("tier in (odd),app")).await.expect("list");
     assert_eq!(set.items.len(), 12);
-    let not = cms.list(&ListParams::default().labels("tier!=odd,!missing")).await.expect("list");
+    let not =
+        cms.list(&ListParams::default().labels("tier!=odd,!missing,app")).await.expect("list");
     assert_eq!(not.items.len(), 13);
     let by_name = cms.list(&ListParams::default().fields("metadata.name=c03")).await.expect("list");
     assert_eq!(by_name.items.len(), 1);
@@ -179,7 +180,7 @@ async fn selectors_and_pagination() {
         .list(&ListParams::default().fields("metadata.namespace=default,metadata.name!=c03"))
         .await
         .expect("list");
-    assert_eq!(by_ns.items.len(), 24);
+    assert_eq!(by_ns.items.len(), 25, "24 of ours and kube-root-ca.crt");
     let e = api_err(
         cms.list(&ListParams::default().fields("data.k=v")).await.expect_err("unsupported field"),
     );
@@ -196,7 +197,7 @@ async fn selectors_and_pagination() {
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(c) => {
                 if pages == 1 {
-                    assert_eq!(page.metadata.remaining_item_count, Some(15));
+                    assert_eq!(page.metadata.remaining_item_count, Some(16));
                 }
                 lp = lp.continue_token(&c)
             }
@@ -204,7 +205,7 @@ async fn selectors_and_pagination() {
         }
     }
     assert_eq!(pages, 3);
-    assert_eq!(names.len(), 25);
+    assert_eq!(names.len(), 26, "25 of ours and kube-root-ca.crt");
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(names, sorted);
@@ -296,7 +297,7 @@ async fn watcher_over_10000_objects_survives_forced_410() {
     let task = tokio::spawn(rf.applied_objects().for_each(|_| async {}));
     common::wait_for("initial sync", Duration::from_secs(60), || {
         let n = reader.state().len();
-        async move { (n == N).then_some(()) }
+        async move { (n == N + 1).then_some(()) }
     })
     .await;
 
@@ -306,7 +307,7 @@ async fn watcher_over_10000_objects_survives_forced_410() {
     cms.delete("o00000", &DeleteParams::default()).await.expect("delete");
     common::wait_for("post-410 changes", Duration::from_secs(60), || {
         let st = reader.state();
-        let ok = st.len() == N
+        let ok = st.len() == N + 1
             && st.iter().any(|c| c.metadata.name.as_deref() == Some("after-410"))
             && !st.iter().any(|c| c.metadata.name.as_deref() == Some("o00000"));
         async move { ok.then_some(()) }
@@ -366,7 +367,13 @@ async fn finalizers_gc_and_namespace_cascade() {
     common::wait_for("dependents collected", Duration::from_secs(10), || {
         let cms = cms.clone();
         async move {
-            cms.list(&ListParams::default()).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
+            cms.list(&ListParams::default())
+                .await
+                .ok()
+                .filter(|l| {
+                    l.items.iter().all(|c| c.metadata.name.as_deref() == Some("kube-root-ca.crt"))
+                })
+                .map(|_| ())
         }
     })
     .await;
@@ -386,7 +393,13 @@ async fn finalizers_gc_and_namespace_cascade() {
     common::wait_for("foreground done", Duration::from_secs(10), || {
         let cms = cms.clone();
         async move {
-            cms.list(&ListParams::default()).await.ok().filter(|l| l.items.is_empty()).map(|_| ())
+            cms.list(&ListParams::default())
+                .await
+                .ok()
+                .filter(|l| {
+                    l.items.iter().all(|c| c.metadata.name.as_deref() == Some("kube-root-ca.crt"))
+                })
+                .map(|_| ())
         }
     })
     .await;
@@ -407,8 +420,10 @@ async fn finalizers_gc_and_namespace_cascade() {
         let cms = cms.clone();
         async move {
             let l = cms.list(&ListParams::default()).await.ok()?;
-            (l.items.len() == 1
-                && l.items[0].metadata.owner_references.as_ref().is_none_or(|r| r.is_empty()))
+            (l.items.len() == 2
+                && l.items
+                    .iter()
+                    .all(|c| c.metadata.owner_references.as_ref().is_none_or(|r| r.is_empty())))
             .then_some(())
         }
     })
@@ -440,7 +455,7 @@ async fn fault_injection_per_verb() {
     let e = api_err(cms.get("a").await.expect_err("injected"));
     assert_eq!((e.code, e.reason.as_str()), (500, "InternalError"));
     // Other verbs are untouched.
-    assert_eq!(cms.list(&ListParams::default()).await.expect("list").items.len(), 1);
+    assert_eq!(cms.list(&ListParams::default()).await.expect("list").items.len(), 2);
 
     sb.set_fault("get", Fault { reset_rate: 1.0, ..Default::default() });
     let e = cms.get("a").await.expect_err("reset");
@@ -473,6 +488,29 @@ async fn harness_namespaces_and_crds() {
     let client = sb.client().await.expect("client");
     let disc = kube::Discovery::new(client).run().await.expect("discovery");
     assert!(disc.groups().any(|g| g.name() == "example.com"));
+
+    // Deleting the CRD deletes its custom resources; their watchers see it.
+    let client = sb.client().await.expect("client");
+    let ar = kube::discovery::ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Thing".into(),
+        plural: "things".into(),
+    };
+    let things: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), &a, &ar);
+    let t: kube::api::DynamicObject = serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Thing", "metadata": {"name": "t1"}, "spec": {"x": 1}})).expect("thing");
+    let made = things.create(&PostParams::default(), &t).await.expect("create thing");
+    let rv = made.metadata.resource_version.clone().expect("rv");
+    let mut w =
+        things.watch(&WatchParams::default().timeout(10), &rv).await.expect("watch").boxed();
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    crds.delete("things.example.com", &DeleteParams::default()).await.expect("delete crd");
+    let ev = tokio::time::timeout(Duration::from_secs(10), w.next()).await.expect("event in time");
+    assert!(
+        matches!(ev, Some(Ok(WatchEvent::Deleted(ref o))) if o.metadata.name.as_deref() == Some("t1")),
+        "{ev:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -561,13 +599,13 @@ async fn streaming_list_watcher_gets_initial_events_end_bookmark() {
     let task = tokio::spawn(rf.applied_objects().for_each(|_| async {}));
     common::wait_for("streamed initial list", Duration::from_secs(20), || {
         let n = reader.state().len();
-        async move { (n == 50).then_some(()) }
+        async move { (n == 51).then_some(()) }
     })
     .await;
     cms.delete("s0", &DeleteParams::default()).await.expect("delete");
     common::wait_for("delete seen", Duration::from_secs(20), || {
         let n = reader.state().len();
-        async move { (n == 49).then_some(()) }
+        async move { (n == 50).then_some(()) }
     })
     .await;
     task.abort();

@@ -65,6 +65,7 @@
 pub mod endpoints;
 pub mod events;
 pub mod kubelet;
+pub mod logs;
 pub mod nodes;
 pub mod quantity;
 pub mod scheduler;
