@@ -295,7 +295,7 @@ async fn ssh_source_uses_the_key_and_checks_the_pinned_host_key() -> Result<()> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_urls_and_plain_paths_are_refused() -> Result<()> {
+async fn file_urls_plain_paths_passwords_and_option_like_parts_are_refused() -> Result<()> {
     let env = env("repo-url").await?;
     for (name, url) in
         [("file-url", "file:///srv/git/platform.git"), ("plain-path", "/srv/git/platform.git")]
@@ -317,6 +317,28 @@ async fn file_urls_and_plain_paths_are_refused() -> Result<()> {
                 assert!(message.contains("use https, http, ssh or git"), "{name}: {message}");
             }
         }
+    }
+    // URLs the CRD rule lets through but the controller's stricter rules refuse are reported on
+    // the Repository, naming the rule, without echoing the password.
+    let cases = [
+        (
+            "embedded-password",
+            "https://bot:canary-url-pw-31@127.0.0.1:1/platform.git",
+            "must not embed a password",
+        ),
+        (
+            "dash-user",
+            "ssh://-oProxyCommand=touch@127.0.0.1/platform.git",
+            "could be read as a command-line option",
+        ),
+    ];
+    for (name, url, rule) in cases {
+        env.create_repository(name, json!({"git": {"url": url}})).await?;
+        let repo = env.wait_ready(name, "False", "ValidationFailure").await?;
+        let (_, _, message) = ready_condition(&repo).context("Ready")?;
+        assert!(message.starts_with("spec.git.url"), "{name}: {message}");
+        assert!(message.contains(rule), "{name}: {message}");
+        assert!(!message.contains("canary-url-pw-31"), "{name}: the password leaked: {message}");
     }
     Ok(())
 }
