@@ -54,7 +54,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crds => {
-            let yaml = kuvryn_sync::api::crds_yaml()?;
+            let yaml = kuvryn_sync_api::crds_yaml()?;
             std::io::stdout().lock().write_all(yaml.as_bytes())?;
         }
         Command::Certs(args) => {

@@ -1,7 +1,7 @@
 //! `kuvryn-sync-controller`: reconciles Repositories, Applications, Revisions and ImagePolicies.
 //!
-//! This binary wires things together and keeps no decisions of its own: those live in the
-//! `kuvryn-sync` crate. It serves `/healthz`, `/readyz` (ready once every Kuvryn Sync CRD is
+//! This binary wires things together and keeps no decisions of its own: those live in
+//! `kuvryn-sync-core`. It serves `/healthz`, `/readyz` (ready once every Kuvryn Sync CRD is
 //! served) and `/metrics`, takes the leader Lease, and while it leads runs the reconcilers: so
 //! far the Repository reconciler (`repository`); the others register here as they arrive.
 
@@ -15,19 +15,18 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use kube::api::{Api, ListParams};
-use kube::runtime::events::Reporter;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube_lease_manager::LeaseManagerBuilder;
-use kuvryn_sync::api::{
-    Application, HealthCheck, ImagePolicy, NotificationSink, Repository, Revision,
-};
-use kuvryn_sync::metrics::ControllerMetrics;
-use kuvryn_sync::ops::{self, LogFormat, Readiness};
-use kuvryn_sync::source::git::GitCache;
+use kuvryn_sync_api::{CONTROLLER_NAME, crds};
+use kuvryn_sync_runtime::logging::{self, LogFormat};
+use kuvryn_sync_runtime::metrics::ControllerMetrics;
+use kuvryn_sync_runtime::ops::{self, Readiness};
+use kuvryn_sync_runtime::{events, flags, signals, tls};
+use kuvryn_sync_source::git::GitCache;
 use prometheus_client::registry::Registry;
 
 /// Name of the leader-election Lease.
-const LEASE_NAME: &str = "kuvryn-sync-controller";
+const LEASE_NAME: &str = CONTROLLER_NAME;
 
 /// Kuvryn Sync controller.
 #[derive(Debug, Parser)]
@@ -47,10 +46,10 @@ struct Args {
     #[arg(long, value_name = "NAME")]
     default_service_account: Option<String>,
     /// Poll interval of Repositories without spec.pollInterval.
-    #[arg(long, default_value = "60s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = flags::duration, value_name = "DURATION")]
     default_poll_interval: Duration,
     /// Upper bound for one Git remote interaction (ref listing, fetch).
-    #[arg(long, default_value = "60s", value_parser = parse_duration_arg, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = flags::duration, value_name = "DURATION")]
     git_timeout: Duration,
     /// Largest size of the Git cache under --cache-dir; least recently used data is evicted.
     #[arg(long, default_value_t = 2 * 1024 * 1024 * 1024, value_name = "BYTES")]
@@ -66,10 +65,10 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    ops::init_logging(args.log_format);
-    install_crypto_provider();
+    logging::init(args.log_format);
+    tls::install_crypto_provider();
 
-    let stop = ops::shutdown_signal().context("cannot install signal handlers")?;
+    let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
     let ops_stop = tokio_util::sync::CancellationToken::new();
     let mut registry = Registry::default();
     let _metrics = ControllerMetrics::register(&mut registry);
@@ -93,10 +92,7 @@ async fn main() -> anyhow::Result<()> {
     let repositories = Arc::new(repository::RepositoryContext {
         client: client.clone(),
         cache: Arc::new(cache),
-        reporter: Reporter {
-            controller: "kuvryn-sync-controller".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
+        reporter: events::controller_reporter(),
         default_poll_interval: args.default_poll_interval,
         git_timeout: args.git_timeout,
         concurrency: args.repository_concurrency.max(1),
@@ -106,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Only the holder of the Lease reconciles; the other replicas wait as warm standbys.
     let identity = std::env::var("POD_NAME")
-        .unwrap_or_else(|_| format!("kuvryn-sync-controller-{}", std::process::id()));
+        .unwrap_or_else(|_| format!("{CONTROLLER_NAME}-{}", std::process::id()));
     let lease = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
         .with_namespace(&args.leader_election_namespace)
         .with_identity(&identity)
@@ -114,7 +110,7 @@ async fn main() -> anyhow::Result<()> {
         .with_grace(5)
         .build()
         .await
-        .context("cannot set up leader election")?;
+        .map_err(|err| leader_election_error(err, &args.leader_election_namespace))?;
     let (mut leader, lease_task) = lease.watch().await;
     tracing::info!(%identity, lease = LEASE_NAME, "waiting to become the leader");
     let elected = tokio::select! {
@@ -157,14 +153,29 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn parse_duration_arg(text: &str) -> Result<Duration, String> {
-    repository::parse_duration(text)
-        .ok_or_else(|| format!("{text:?} is not a duration like 60s, 5m or 1h30m"))
-}
-
-fn install_crypto_provider() {
-    // One process-wide rustls provider (DESIGN §3): ring. Fails only if one is already set.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+/// Say what to do first when the Lease cannot be set up: most often its namespace is missing
+/// (a controller started outside the cluster, against a cluster without the chart).
+fn leader_election_error(
+    err: kube_lease_manager::LeaseManagerError,
+    namespace: &str,
+) -> anyhow::Error {
+    let missing_namespace = matches!(
+        &err,
+        kube_lease_manager::LeaseManagerError::KubeError(kube::Error::Api(status))
+            if status.code == 404
+    );
+    if missing_namespace {
+        anyhow::anyhow!(
+            "cannot take the leader-election Lease: namespace {namespace:?} does not exist; \
+             create it (kubectl create namespace {namespace}) or pass \
+             --leader-election-namespace with an existing namespace ({err})"
+        )
+    } else {
+        anyhow::anyhow!(
+            "cannot take the leader-election Lease in namespace {namespace:?}: {err}; check that \
+             the controller may get, create and update Leases there"
+        )
+    }
 }
 
 /// Mark the controller ready once every Kuvryn Sync kind is served, retrying with backoff.
@@ -187,23 +198,25 @@ async fn wait_for_crds(client: kube::Client, readiness: Readiness) {
     }
 }
 
-async fn missing_kinds(client: &kube::Client) -> Result<Vec<&'static str>, kube::Error> {
+/// The Kuvryn Sync kinds (from the CRDs this build defines) the API server does not serve.
+async fn missing_kinds(client: &kube::Client) -> Result<Vec<String>, kube::Error> {
     let probe = ListParams::default().limit(1);
     let mut missing = Vec::new();
-    macro_rules! check {
-        ($kind:ty, $name:literal) => {
-            match Api::<$kind>::all(client.clone()).list_metadata(&probe).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => missing.push($name),
-                Err(err) => return Err(err),
-            }
+    for crd in crds() {
+        let version = &crd.spec.versions[0].name;
+        let resource = ApiResource {
+            group: crd.spec.group.clone(),
+            version: version.clone(),
+            api_version: format!("{}/{version}", crd.spec.group),
+            kind: crd.spec.names.kind.clone(),
+            plural: crd.spec.names.plural.clone(),
         };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        match api.list_metadata(&probe).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => missing.push(resource.plural),
+            Err(err) => return Err(err),
+        }
     }
-    check!(Repository, "repositories");
-    check!(Application, "applications");
-    check!(Revision, "revisions");
-    check!(HealthCheck, "healthchecks");
-    check!(NotificationSink, "notificationsinks");
-    check!(ImagePolicy, "imagepolicies");
     Ok(missing)
 }

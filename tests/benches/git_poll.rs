@@ -13,7 +13,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail, ensure};
-use kuvryn_sync::source::git::{BasicAuth, FetchRequest, GitAuth, GitCache};
+use kuvryn_sync_source::git::{BasicAuth, FetchRequest, GitAuth, GitCache};
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon, HttpsGit, git, run};
 use secrecy::SecretString;
 
@@ -56,6 +56,7 @@ fn measure(
     iterations: usize,
 ) -> Result<Measured> {
     let work = tempfile::tempdir()?;
+    kuvryn_sync_runtime::tls::install_crypto_provider();
     let cache = GitCache::new(work.path().join("cache"), 1 << 30)?;
     // Warm both sides: the cache holds the current tip, the clone exists (shallow like ours).
     cache.resolve(req).context("warming the cache")?;

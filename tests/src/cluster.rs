@@ -60,7 +60,7 @@ impl TestCluster {
     pub async fn install_crds(&self) -> Result<()> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         let params = PatchParams::apply("kuvryn-sync-tests").force();
-        for crd in kuvryn_sync::api::crds() {
+        for crd in kuvryn_sync_api::crds() {
             let name = crd.metadata.name.clone().context("CRD name")?;
             api.patch(&name, &params, &Patch::Apply(&crd))
                 .await

@@ -5,9 +5,9 @@ use std::{
     collections::HashSet, os::unix::fs::PermissionsExt, path::Path, sync::Arc, time::Duration,
 };
 
-use kuvryn_sync::{
-    api::FailureReason,
-    source::git::{BasicAuth, FetchRequest, GitAuth, GitCache, GitError, REMOTE_HEAD, SshAuth},
+use kuvryn_sync_api::FailureReason;
+use kuvryn_sync_source::git::{
+    BasicAuth, FetchRequest, GitAuth, GitCache, GitError, REMOTE_HEAD, SshAuth,
 };
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon, HttpsGit, SshGit};
 use secrecy::SecretString;
@@ -16,6 +16,7 @@ const CANARY: &str = "canary-pw-7c1e9b3d5a";
 const GOOD_PASSWORD: &str = "s3cret-pass-4d9a1f";
 
 fn cache(dir: &Path) -> GitCache {
+    kuvryn_sync_runtime::tls::install_crypto_provider();
     GitCache::new(dir.join("cache"), 1 << 30).expect("cache")
 }
 
@@ -103,6 +104,7 @@ fn branches_tags_and_exact_commits_resolve_to_commits() {
     );
 
     // An exact commit that is no branch tip, into a fresh cache.
+    kuvryn_sync_runtime::tls::install_crypto_provider();
     let fresh = GitCache::new(d.dir.path().join("fresh"), 1 << 30).expect("cache");
     let older = fresh.resolve(&request(&url, &second)).expect("exact older commit");
     assert_eq!(older.commit, second);
@@ -252,6 +254,7 @@ fn the_size_bound_evicts_least_recently_used_data_but_not_trees_in_use() {
     let d = daemon_with_repo("big");
     let other = BareRepo::create(&d.daemon.root, "other").expect("repo");
     // Tiny bound: everything but what is in use or current must go.
+    kuvryn_sync_runtime::tls::install_crypto_provider();
     let cache = GitCache::new(d.dir.path().join("cache"), 1).expect("cache");
     let req_other = request(&d.daemon.url(&other.name), "main");
     let req = request(&d.daemon.url(&d.repo.name), "main");

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kuvryn_sync::api::{Application, Repository, keys};
+use kuvryn_sync_api::{Application, Repository, keys};
 use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, wait_for};
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon, HttpsGit, SshGit};
 use serde_json::json;
@@ -177,7 +177,7 @@ async fn git_daemon_source_resolves_and_follows_a_push_within_two_seconds() -> R
     let first = repo.head()?;
     assert_eq!(observed_revision(&ready).as_deref(), Some(first.as_str()));
     let status = ready.status.as_ref().context("status")?;
-    assert_eq!(status.state, kuvryn_sync::api::RepositoryState::Ready);
+    assert_eq!(status.state, kuvryn_sync_api::RepositoryState::Ready);
     assert!(status.last_fetched_at.is_some());
     env.wait_event("platform", "Normal", "RepositoryReady").await?;
 
@@ -238,7 +238,7 @@ async fn https_basic_auth_needs_a_labelled_secret_and_the_right_password() -> Re
     assert!(!message.contains(CANARY), "the password leaked into status: {message}");
     assert_eq!(
         wrong.status.as_ref().map(|s| s.state),
-        Some(kuvryn_sync::api::RepositoryState::Failed)
+        Some(kuvryn_sync_api::RepositoryState::Failed)
     );
     let events = env.wait_event("wrong", "Warning", "AuthenticationFailure").await?;
     assert!(

@@ -1,21 +1,23 @@
 //! `kuvryn-sync-webhook`: the TLS server for admission (HealthCheck validation, Application
 //! approval and rollback audit) and for Git push and ImagePolicy receivers.
 //!
-//! Handlers only parse and wrap; decisions live in the `kuvryn-sync` crate. So far it serves TLS
-//! with certificate rotation (the files are re-read when they change, as cert-manager renews
-//! them) and `/healthz`, `/readyz`, `/metrics` on a plain-HTTP port; the admission and receiver
-//! routes register here as they arrive.
+//! Handlers only parse and wrap; decisions live in `kuvryn-sync-core`. So far it serves TLS with
+//! certificate rotation (the files are re-read when they change, as cert-manager renews them) and
+//! `/healthz`, `/readyz`, `/metrics` on a plain-HTTP port; the admission and receiver routes join
+//! the route table in `kuvryn_sync_webhook::routes` as they arrive (the chart registers only paths
+//! that table serves, and a chart test holds it to that).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use axum::Router;
-use axum::routing::get;
 use axum_server::tls_rustls::RustlsConfig;
 use clap::Parser;
-use kuvryn_sync::ops::{self, LogFormat, Readiness};
+use kuvryn_sync_runtime::logging::{self, LogFormat};
+use kuvryn_sync_runtime::ops::{self, Readiness};
+use kuvryn_sync_runtime::{flags, signals, tls};
+use kuvryn_sync_webhook::routes;
 use prometheus_client::registry::Registry;
 
 /// Kuvryn Sync admission webhook and push receivers.
@@ -35,32 +37,18 @@ struct Args {
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     metrics_bind_address: SocketAddr,
     /// How often the certificate files are checked for changes.
-    #[arg(long, default_value = "30s", value_parser = humantime_secs, value_name = "DURATION")]
+    #[arg(long, default_value = "30s", value_parser = flags::duration, value_name = "DURATION")]
     cert_check_interval: Duration,
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 }
 
-/// Parse `30s`, `2m` or a plain number of seconds.
-fn humantime_secs(text: &str) -> Result<Duration, String> {
-    let (number, unit) =
-        text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let number: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 30s"))?;
-    match unit {
-        "" | "s" => Ok(Duration::from_secs(number)),
-        "ms" => Ok(Duration::from_millis(number)),
-        "m" => Ok(Duration::from_secs(number * 60)),
-        _ => Err(format!("{text:?}: unit must be ms, s or m")),
-    }
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    ops::init_logging(args.log_format);
-    // One process-wide rustls provider (DESIGN §3): ring. Fails only if one is already set.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    logging::init(args.log_format);
+    tls::install_crypto_provider();
 
     let tls = RustlsConfig::from_pem_file(&args.tls_cert_file, &args.tls_key_file)
         .await
@@ -76,7 +64,7 @@ async fn main() -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
     let https_addr = listener.local_addr()?;
 
-    let stop = ops::shutdown_signal().context("cannot install signal handlers")?;
+    let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
     let ops_stop = tokio_util::sync::CancellationToken::new();
     let registry = Registry::default();
     let readiness = Readiness::default();
@@ -99,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
     let handle = axum_server::Handle::new();
     let server = axum_server::from_tcp_rustls(listener, tls)?
         .handle(handle.clone())
-        .serve(router().into_make_service());
+        .serve(routes::router().into_make_service());
     let server = tokio::spawn(server);
     readiness.set(true);
     tracing::info!(%https_addr, %ops_addr, "webhook serving");
@@ -114,11 +102,6 @@ async fn main() -> anyhow::Result<()> {
     ops_server.await.context("ops server task")?.context("ops server")?;
     tracing::info!("webhook stopped");
     Ok(())
-}
-
-/// The HTTPS routes.
-fn router() -> Router {
-    Router::new().route("/healthz", get(|| async { "ok" }))
 }
 
 /// Reload the serving certificate when either file's modification time changes.

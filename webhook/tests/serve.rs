@@ -43,7 +43,7 @@ fn start(dir: &Path) -> Webhook {
 }
 
 fn client_trusting(ca_pem: &str) -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    kuvryn_sync_runtime::tls::install_crypto_provider();
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
         roots.add(cert.expect("pem")).expect("add root");

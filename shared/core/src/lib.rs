@@ -1,0 +1,22 @@
+//! Kuvryn Sync's decisions as pure functions: plain data in, plain data out. No clock, no
+//! network, no Kubernetes client, no async runtime (a test in `tests/tests/layering.rs` fails
+//! when this crate depends on one). The I/O crates (`kuvryn-sync-source`, `kuvryn-sync-runtime`)
+//! and the binaries gather the inputs, call these functions and perform what they decide.
+//!
+//! | module | decides |
+//! |---|---|
+//! | [`conditions`] | setting a condition without flapping `lastTransitionTime` |
+//! | [`redact`] | what is secret in any user-visible string, and masking it |
+//! | [`duration`] | the one duration grammar (`90s`, `5m`, `1h30m`, `500ms`) |
+//! | [`url`] | which Git URLs are accepted, and the credential scope of each |
+//! | [`credentials`] | Git credentials from a labelled Secret |
+//! | [`discovery`] | `.ksync.yaml` parsing and which Applications to create, update or delete |
+//! | [`repository`] | a Repository reconcile's status, Events and writes |
+
+pub mod conditions;
+pub mod credentials;
+pub mod discovery;
+pub mod duration;
+pub mod redact;
+pub mod repository;
+pub mod url;

@@ -1,0 +1,560 @@
+//! The on-disk cache: layout, per-key locking, read-only trees and least-recently-used eviction.
+//!
+//! ```text
+//! ROOT/locks/KEY.lock          exclusive while a process works on KEY (never deleted)
+//! ROOT/KEY/used                mtime = last use of KEY
+//! ROOT/KEY/repo/               bare repository (gix), shallow
+//! ROOT/KEY/trees/COMMIT/       read-only checkout of COMMIT's tree
+//! ROOT/KEY/trees/COMMIT.lock   shared while a CheckedOutTree is alive; mtime = last use
+//! ```
+
+use std::{
+    collections::{HashMap, HashSet},
+    ffi::OsStr,
+    fs::{self, File},
+    os::unix::{ffi::OsStrExt, fs::PermissionsExt},
+    path::{Path, PathBuf},
+    sync::{
+        Condvar, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::SystemTime,
+};
+
+use gix::ObjectId;
+
+use super::{FetchRequest, GitError, Resolved, cache_key, fetch, is_full_commit, key_dir};
+use kuvryn_sync_core::redact::Redactor;
+
+/// Deepest directory nesting we materialise.
+const MAX_TREE_DEPTH: usize = 256;
+
+/// Counters over the lifetime of a [`GitCache`], for tests, benchmarks and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Ref listings made (one per remote interaction).
+    pub ref_listings: u64,
+    /// Fetches that received objects.
+    pub fetches: u64,
+    /// Trees checked out.
+    pub trees_written: u64,
+    /// Trees and repositories removed to stay under the size bound.
+    pub evictions: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    ref_listings: AtomicU64,
+    fetches: AtomicU64,
+    trees_written: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// The Git cache. Cheap to share behind an `Arc`; every method blocks.
+#[derive(Debug)]
+pub struct GitCache {
+    root: PathBuf,
+    max_bytes: u64,
+    busy: Mutex<HashSet<String>>,
+    released: Condvar,
+    counters: Counters,
+}
+
+/// A read-only directory holding a commit's tree. The cache does not evict it while this value is
+/// alive (in this or any other process).
+#[derive(Debug)]
+pub struct CheckedOutTree {
+    path: PathBuf,
+    commit: String,
+    _lock: File,
+}
+
+impl CheckedOutTree {
+    /// The directory; everything in it is read-only.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The full commit id.
+    pub fn commit(&self) -> &str {
+        &self.commit
+    }
+}
+
+/// Exclusive use of one key: in-process set membership plus the key's lock file.
+struct KeyGuard<'a> {
+    cache: &'a GitCache,
+    key: String,
+    _file: File,
+}
+
+impl Drop for KeyGuard<'_> {
+    fn drop(&mut self) {
+        let mut busy = self.cache.busy.lock().unwrap_or_else(|p| p.into_inner());
+        busy.remove(&self.key);
+        self.cache.released.notify_all();
+    }
+}
+
+fn io_err(
+    redactor: &Redactor,
+    context: &str,
+    path: &Path,
+) -> impl FnOnce(std::io::Error) -> GitError {
+    let redactor = redactor.clone();
+    let context = context.to_owned();
+    let path = path.to_owned();
+    move |e| GitError::cache_io(&redactor, &context, &path, e)
+}
+
+fn touch(path: &Path) {
+    let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(path);
+    if let Ok(file) = file {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+fn modified(path: &Path) -> SystemTime {
+    fs::metadata(path).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// Bytes used by files below `path` (symlinks not followed).
+fn dir_size(path: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![path.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// Make everything below `path` writable again and remove it.
+fn remove_tree(path: &Path) -> std::io::Result<()> {
+    let mut stack = vec![path.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(meta) = dir.symlink_metadata() else { continue };
+        if !meta.is_dir() {
+            continue;
+        }
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755))?;
+        for entry in fs::read_dir(&dir)?.flatten() {
+            stack.push(entry.path());
+        }
+    }
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path)
+}
+
+impl GitCache {
+    /// A cache under `dir` (created if missing) that evicts least recently used data above
+    /// `max_bytes`. The process must have installed a rustls crypto provider first (HTTPS
+    /// remotes need it); without one this is an error, not a panic at the first fetch.
+    pub fn new(dir: impl Into<PathBuf>, max_bytes: u64) -> Result<Self, GitError> {
+        let root = dir.into();
+        let redactor = Redactor::new();
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            return Err(GitError::Cache {
+                message: "no rustls crypto provider is installed in this process; install one \
+                          before creating the Git cache \
+                          (kuvryn_sync_runtime::tls::install_crypto_provider)"
+                    .to_owned(),
+            });
+        }
+        fs::create_dir_all(root.join("locks")).map_err(io_err(&redactor, "creating", &root))?;
+        Ok(Self {
+            root,
+            max_bytes,
+            busy: Mutex::new(HashSet::new()),
+            released: Condvar::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The cache directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where `req`'s fetched data lives (one directory per URL and credential identity).
+    pub fn entry_dir(&self, req: &FetchRequest) -> PathBuf {
+        key_dir(&self.root, &cache_key(&req.url, &req.cache_identity))
+    }
+
+    /// Counters since this cache was created.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            ref_listings: self.counters.ref_listings.load(Ordering::Relaxed),
+            fetches: self.counters.fetches.load(Ordering::Relaxed),
+            trees_written: self.counters.trees_written.load(Ordering::Relaxed),
+            evictions: self.counters.evictions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Bytes the cache uses on disk now.
+    pub fn size_on_disk(&self) -> u64 {
+        dir_size(&self.root)
+    }
+
+    /// Resolve `req.revision` on the remote to a commit, fetching it (shallowly) only when the
+    /// cache lacks it. A poll with nothing new lists refs once and fetches nothing.
+    pub fn resolve(&self, req: &FetchRequest) -> Result<Resolved, GitError> {
+        let redactor = req.redactor();
+        let shown_url = redactor.redact(&req.url);
+        let key = cache_key(&req.url, &req.cache_identity);
+        let outcome = {
+            let _guard = self.lock_key(&key, &redactor)?;
+            let mut repo = self.open_repo(&key, &redactor)?;
+            let outcome = fetch::resolve(&mut repo, req, &redactor, &shown_url)?;
+            touch(&key_dir(&self.root, &key).join("used"));
+            outcome
+        };
+        self.counters.ref_listings.fetch_add(u64::from(outcome.refs_listed), Ordering::Relaxed);
+        if outcome.fetched {
+            self.counters.fetches.fetch_add(1, Ordering::Relaxed);
+            self.enforce_bound(&key);
+        }
+        Ok(Resolved {
+            commit: outcome.commit.to_string(),
+            fetched: outcome.fetched,
+            refs_listed: outcome.refs_listed,
+        })
+    }
+
+    /// A read-only checkout of `commit`'s tree, written once per commit; fetches the commit first
+    /// if the cache lacks it.
+    pub fn tree(&self, req: &FetchRequest, commit: &str) -> Result<CheckedOutTree, GitError> {
+        let redactor = req.redactor();
+        if !is_full_commit(commit) {
+            return Err(GitError::InvalidRevision {
+                revision: redactor.redact(commit),
+                rule: "a checkout needs a full 40-hex commit id",
+            });
+        }
+        let commit = commit.to_ascii_lowercase();
+        let key = cache_key(&req.url, &req.cache_identity);
+        let entry = key_dir(&self.root, &key);
+        let trees = entry.join("trees");
+        let dir = trees.join(&commit);
+        let lock_path = trees.join(format!("{commit}.lock"));
+        let (lock, wrote, fetched) = {
+            let _guard = self.lock_key(&key, &redactor)?;
+            let mut wrote = false;
+            let mut fetched = false;
+            if !dir.is_dir() {
+                let mut repo = self.open_repo(&key, &redactor)?;
+                let id = ObjectId::from_hex(commit.as_bytes())
+                    .map_err(|e| GitError::cache(&redactor, "commit id", e))?;
+                if !repo.has_object(id) {
+                    let mut by_commit = req.clone();
+                    by_commit.revision = commit.clone();
+                    let shown_url = redactor.redact(&req.url);
+                    let outcome = fetch::resolve(&mut repo, &by_commit, &redactor, &shown_url)?;
+                    self.counters
+                        .ref_listings
+                        .fetch_add(u64::from(outcome.refs_listed), Ordering::Relaxed);
+                    if outcome.fetched {
+                        self.counters.fetches.fetch_add(1, Ordering::Relaxed);
+                        fetched = true;
+                    }
+                }
+                fs::create_dir_all(&trees).map_err(io_err(&redactor, "creating", &trees))?;
+                // Leftovers of a writer that died; we hold the key, so no writer is active.
+                if let Ok(entries) = fs::read_dir(&trees) {
+                    for e in entries.flatten() {
+                        if e.file_name().as_bytes().starts_with(b".tmp-") {
+                            let _ = remove_tree(&e.path());
+                        }
+                    }
+                }
+                let tmp = trees.join(format!(".tmp-{commit}-{}", std::process::id()));
+                let tree_id = repo
+                    .find_commit(id)
+                    .and_then(|c| c.tree_id().map(|t| t.detach()))
+                    .map_err(|e| GitError::cache(&redactor, "reading the commit", e))?;
+                if let Err(e) = write_tree(&repo, tree_id, &tmp, 0) {
+                    let _ = remove_tree(&tmp);
+                    return Err(GitError::cache(&redactor, "checking out the tree", e));
+                }
+                fs::rename(&tmp, &dir).map_err(io_err(&redactor, "renaming", &tmp))?;
+                self.counters.trees_written.fetch_add(1, Ordering::Relaxed);
+                wrote = true;
+            }
+            let lock =
+                open_lock_file(&lock_path).map_err(io_err(&redactor, "opening", &lock_path))?;
+            lock.lock_shared().map_err(io_err(&redactor, "locking", &lock_path))?;
+            let _ = lock.set_modified(SystemTime::now());
+            touch(&entry.join("used"));
+            (lock, wrote, fetched)
+        };
+        if wrote || fetched {
+            self.enforce_bound(&key);
+        }
+        Ok(CheckedOutTree { path: dir, commit, _lock: lock })
+    }
+
+    /// Wait for exclusive use of `key` in this process, then in all processes.
+    fn lock_key(&self, key: &str, redactor: &Redactor) -> Result<KeyGuard<'_>, GitError> {
+        {
+            let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+            while busy.contains(key) {
+                busy = self.released.wait(busy).unwrap_or_else(|p| p.into_inner());
+            }
+            busy.insert(key.to_owned());
+        }
+        let release = |cache: &GitCache| {
+            let mut busy = cache.busy.lock().unwrap_or_else(|p| p.into_inner());
+            busy.remove(key);
+            cache.released.notify_all();
+        };
+        let path = self.root.join("locks").join(format!("{key}.lock"));
+        let file = match open_lock_file(&path).and_then(|f| f.lock().map(|()| f)) {
+            Ok(file) => file,
+            Err(e) => {
+                release(self);
+                return Err(GitError::cache_io(redactor, "locking", &path, e));
+            }
+        };
+        Ok(KeyGuard { cache: self, key: key.to_owned(), _file: file })
+    }
+
+    /// Exclusive use of `key` only if nobody holds it now.
+    fn try_lock_key(&self, key: &str) -> Option<KeyGuard<'_>> {
+        {
+            let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+            if busy.contains(key) {
+                return None;
+            }
+            busy.insert(key.to_owned());
+        }
+        let path = self.root.join("locks").join(format!("{key}.lock"));
+        let file = open_lock_file(&path).ok().filter(|f| f.try_lock().is_ok());
+        match file {
+            Some(file) => Some(KeyGuard { cache: self, key: key.to_owned(), _file: file }),
+            None => {
+                let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+                busy.remove(key);
+                self.released.notify_all();
+                None
+            }
+        }
+    }
+
+    /// Open the key's bare repository, creating it (or recreating a broken one).
+    fn open_repo(&self, key: &str, redactor: &Redactor) -> Result<gix::Repository, GitError> {
+        let path = key_dir(&self.root, key).join("repo");
+        if path.join("HEAD").is_file()
+            && let Ok(repo) = gix::open_opts(&path, gix::open::Options::isolated())
+        {
+            return Ok(repo);
+        }
+        let _ = remove_tree(&path);
+        fs::create_dir_all(&path).map_err(io_err(redactor, "creating", &path))?;
+        gix::ThreadSafeRepository::init_opts(
+            &path,
+            gix::create::Kind::Bare,
+            gix::create::Options::default(),
+            gix::open::Options::isolated(),
+        )
+        .map(|r| r.to_thread_local())
+        .map_err(|e| GitError::cache(redactor, "creating the cache repository", e))
+    }
+
+    /// Remove least recently used trees and repositories until the cache fits `max_bytes`. Never
+    /// removes `current`'s repository, a tree in use, or anything of a key another thread or
+    /// process holds.
+    fn enforce_bound(&self, current: &str) {
+        struct Unit {
+            key: String,
+            tree: Option<String>,
+            used: SystemTime,
+            size: u64,
+        }
+        let Ok(entries) = fs::read_dir(&self.root) else { return };
+        let mut units = Vec::new();
+        let mut total = 0u64;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(key) = name.to_str() else { continue };
+            if key == "locks" || !entry.path().is_dir() {
+                continue;
+            }
+            let dir = entry.path();
+            let repo_size = dir_size(&dir.join("repo"));
+            total += repo_size;
+            units.push(Unit {
+                key: key.to_owned(),
+                tree: None,
+                used: modified(&dir.join("used")),
+                size: repo_size,
+            });
+            let Ok(trees) = fs::read_dir(dir.join("trees")) else { continue };
+            for tree in trees.flatten() {
+                let tname = tree.file_name();
+                let Some(commit) = tname.to_str() else { continue };
+                if !is_full_commit(commit) || !tree.path().is_dir() {
+                    continue;
+                }
+                let size = dir_size(&tree.path());
+                total += size;
+                units.push(Unit {
+                    key: key.to_owned(),
+                    tree: Some(commit.to_owned()),
+                    used: modified(&dir.join("trees").join(format!("{commit}.lock"))),
+                    size,
+                });
+            }
+        }
+        if total <= self.max_bytes {
+            return;
+        }
+        units.sort_by_key(|u| u.used);
+        let mut removed_trees: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut removed_keys: HashSet<String> = HashSet::new();
+        let tree_sizes: HashMap<(String, String), u64> = units
+            .iter()
+            .filter_map(|u| u.tree.clone().map(|t| ((u.key.clone(), t), u.size)))
+            .collect();
+        for unit in &units {
+            if total <= self.max_bytes {
+                break;
+            }
+            if removed_keys.contains(&unit.key) {
+                continue;
+            }
+            if unit.tree.is_none() && unit.key == current {
+                continue;
+            }
+            let Some(_guard) = self.try_lock_key(&unit.key) else { continue };
+            let dir = key_dir(&self.root, &unit.key);
+            match &unit.tree {
+                Some(commit) => {
+                    if removed_trees.get(&unit.key).is_some_and(|s| s.contains(commit)) {
+                        continue;
+                    }
+                    let lock_path = dir.join("trees").join(format!("{commit}.lock"));
+                    let Ok(lock) = open_lock_file(&lock_path) else { continue };
+                    if lock.try_lock().is_err() {
+                        continue; // in use
+                    }
+                    if remove_tree(&dir.join("trees").join(commit)).is_ok() {
+                        total = total.saturating_sub(unit.size);
+                        removed_trees.entry(unit.key.clone()).or_default().insert(commit.clone());
+                        self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                None => {
+                    // The whole key, only when none of its trees is in use.
+                    let mut locks = Vec::new();
+                    let mut in_use = false;
+                    let mut remaining = 0u64;
+                    if let Ok(trees) = fs::read_dir(dir.join("trees")) {
+                        for t in trees.flatten() {
+                            let n = t.file_name();
+                            let Some(c) = n.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                                continue;
+                            };
+                            match open_lock_file(&t.path()) {
+                                Ok(lock) if lock.try_lock().is_ok() => locks.push(lock),
+                                _ => in_use = true,
+                            }
+                            if !removed_trees.get(&unit.key).is_some_and(|s| s.contains(c)) {
+                                remaining += tree_sizes
+                                    .get(&(unit.key.clone(), c.to_owned()))
+                                    .copied()
+                                    .unwrap_or(0);
+                            }
+                        }
+                    }
+                    if in_use {
+                        continue;
+                    }
+                    if remove_tree(&dir).is_ok() {
+                        total = total.saturating_sub(unit.size + remaining);
+                        removed_keys.insert(unit.key.clone());
+                        self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                    }
+                    drop(locks);
+                }
+            }
+        }
+    }
+}
+
+/// Whether a tree entry name is safe to create in a directory.
+fn safe_component(name: &[u8]) -> bool {
+    !(name.is_empty()
+        || name == b"."
+        || name == b".."
+        || name.eq_ignore_ascii_case(b".git")
+        || name.contains(&b'/')
+        || name.contains(&0))
+}
+
+/// Write the tree `id` into the new directory `dir`, then make it read-only.
+fn write_tree(
+    repo: &gix::Repository,
+    id: ObjectId,
+    dir: &Path,
+    depth: usize,
+) -> Result<(), String> {
+    use gix::object::tree::EntryKind;
+    if depth > MAX_TREE_DEPTH {
+        return Err(format!("tree nesting deeper than {MAX_TREE_DEPTH}"));
+    }
+    fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let entries: Vec<(Vec<u8>, EntryKind, ObjectId)> = {
+        let tree = repo.find_tree(id).map_err(|e| e.to_string())?;
+        let decoded = tree.decode().map_err(|e| e.to_string())?;
+        decoded
+            .entries
+            .iter()
+            .map(|e| (e.filename.to_vec(), e.mode.kind(), e.oid.to_owned()))
+            .collect()
+    };
+    for (name, kind, oid) in entries {
+        if !safe_component(&name) {
+            return Err(format!(
+                "unsafe path component {:?} in the tree",
+                String::from_utf8_lossy(&name)
+            ));
+        }
+        let path = dir.join(OsStr::from_bytes(&name));
+        match kind {
+            EntryKind::Tree => write_tree(repo, oid, &path, depth + 1)?,
+            EntryKind::Blob | EntryKind::BlobExecutable => {
+                let blob = repo.find_blob(oid).map_err(|e| e.to_string())?;
+                fs::write(&path, &blob.data)
+                    .map_err(|e| format!("writing {}: {e}", path.display()))?;
+                let mode = if kind == EntryKind::BlobExecutable { 0o555 } else { 0o444 };
+                fs::set_permissions(&path, fs::Permissions::from_mode(mode))
+                    .map_err(|e| e.to_string())?;
+            }
+            EntryKind::Link => {
+                let blob = repo.find_blob(oid).map_err(|e| e.to_string())?;
+                std::os::unix::fs::symlink(OsStr::from_bytes(&blob.data), &path)
+                    .map_err(|e| format!("linking {}: {e}", path.display()))?;
+            }
+            // Submodules are not fetched: an empty, read-only directory marks them.
+            EntryKind::Commit => {
+                fs::create_dir(&path).map_err(|e| e.to_string())?;
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o555))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o555)).map_err(|e| e.to_string())
+}

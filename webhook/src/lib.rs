@@ -1,0 +1,5 @@
+//! The webhook's HTTPS surface as a library, so that what it serves is written once: the binary
+//! serves [`routes::router`], and the chart's tests check every admission path the chart
+//! registers against [`routes::ROUTES`].
+
+pub mod routes;
