@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
-use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, wait_for};
+use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, wait_for, workspace_binary};
 
 const LEASE: &str = "kuvryn-sync-controller";
 
@@ -47,5 +47,32 @@ async fn one_leader_at_a_time_and_a_standby_takes_over_when_it_stops() -> Result
         Ok(((h.as_deref() == Some("replica-b")).then_some(()), format!("{h:?}")))
     })
     .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_lease_namespace_is_named_with_what_to_do() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let cache = tempfile::tempdir()?;
+    let run = tokio::process::Command::new(workspace_binary("kuvryn-sync-controller")?)
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
+        .args(["--leader-election-namespace", "no-such-namespace"])
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(60), run).await??;
+    assert!(!output.status.success(), "the controller cannot run without its Lease namespace");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let error = stderr.lines().find(|l| l.starts_with("Error:")).unwrap_or_default();
+    for needle in [
+        "namespace \"no-such-namespace\" does not exist",
+        "kubectl create namespace",
+        "--leader-election-namespace",
+    ] {
+        assert!(error.contains(needle), "{needle:?} missing from the error line: {stderr}");
+    }
     Ok(())
 }

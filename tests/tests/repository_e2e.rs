@@ -460,3 +460,54 @@ async fn discovery_creates_refuses_forbidden_fields_without_changes_and_deletes_
     env.wait_ready("platform", "True", "FetchSucceeded").await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_poll_advances_last_fetched_at_with_one_status_write_and_no_event() -> Result<()> {
+    let env = env("repo-quiet").await?;
+    let root = tempfile::tempdir()?;
+    let repo = BareRepo::create(root.path(), "quiet")?;
+    let daemon = GitDaemon::start(root.path())?;
+    env.create_repository(
+        "quiet",
+        json!({"type": "git", "git": {"url": daemon.url(&repo.name)}, "pollInterval": "1s"}),
+    )
+    .await?;
+    let ready = env.wait_ready("quiet", "True", "FetchSucceeded").await?;
+    let status = ready.status.clone().context("status")?;
+    let first_fetch = status.last_fetched_at.clone().context("lastFetchedAt")?;
+
+    // lastFetchedAt is the time of the last successful inspection: a poll that finds nothing new
+    // still moves it, while the revision, the condition and its transition time stay.
+    let later = env
+        .wait_repository("quiet", "lastFetchedAt advances on a quiet poll", DEADLINE, |r, _| {
+            r.status
+                .as_ref()
+                .and_then(|s| s.last_fetched_at.as_ref())
+                .is_some_and(|t| t.0 > first_fetch.0)
+        })
+        .await?;
+    let later_status = later.status.as_ref().context("status")?;
+    assert_eq!(later_status.observed_revision, status.observed_revision);
+    assert_eq!(later_status.conditions, status.conditions, "no condition moved");
+    let ready_events: Vec<_> = env
+        .events_for("quiet")
+        .await?
+        .into_iter()
+        .filter(|(_, r, _)| r == "RepositoryReady")
+        .collect();
+    assert_eq!(
+        ready_events.len(),
+        1,
+        "one RepositoryReady Event, not one per poll: {ready_events:?}"
+    );
+
+    // The status is written by server-side apply under the controller's field manager.
+    let managers: Vec<_> = later
+        .managed_fields()
+        .iter()
+        .filter(|m| m.subresource.as_deref() == Some("status"))
+        .map(|m| (m.manager.clone().unwrap_or_default(), m.operation.clone().unwrap_or_default()))
+        .collect();
+    assert_eq!(managers, vec![("kuvryn-sync-controller".to_owned(), "Apply".to_owned())]);
+    Ok(())
+}
