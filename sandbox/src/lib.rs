@@ -11,6 +11,7 @@ pub mod convert;
 pub mod crdvalid;
 pub mod faults;
 pub mod fields;
+pub mod identity;
 pub mod openapi;
 pub mod protobuf;
 pub mod resources;
@@ -208,7 +209,7 @@ impl Sandbox {
             gs.push(format!("system:serviceaccounts:{ns}"));
         }
         gs.push("system:authenticated".into());
-        let user = server::UserInfo {
+        let user = identity::UserInfo {
             username: username.to_string(),
             uid: String::new(),
             groups: gs,
