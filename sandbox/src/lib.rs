@@ -4,26 +4,29 @@
 //! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses
 //! (DESIGN §5, issue 3).
 
-pub mod admission;
-pub mod authz;
-pub mod builtin;
-pub mod convert;
-pub mod crdvalid;
-pub mod faults;
-pub mod fields;
-pub mod identity;
-pub mod openapi;
-pub mod protobuf;
-pub mod resources;
-pub mod schema;
-pub mod selector;
-pub mod server;
-pub mod simulator;
-pub mod smp;
-pub mod status;
-pub mod store;
-pub mod table;
-pub mod tls;
+mod admission;
+mod authz;
+mod builtin;
+mod convert;
+mod crdvalid;
+mod faults;
+mod fields;
+mod identity;
+mod openapi;
+mod protobuf;
+mod resources;
+mod schema;
+mod selector;
+mod server;
+mod simulator;
+mod smp;
+mod status;
+mod store;
+mod table;
+mod tls;
+
+pub use faults::Fault;
+pub use tls::install_crypto_provider;
 
 use anyhow::Context;
 use base64::Engine;
@@ -89,7 +92,7 @@ fn make_tempdir() -> anyhow::Result<TempDir> {
 }
 
 /// The kubeconfig for the admin (`system:masters`) with the sandbox CA.
-pub fn kubeconfig_yaml(server: &str, ca_pem: &str, token: &str) -> String {
+fn kubeconfig_yaml(server: &str, ca_pem: &str, token: &str) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: ksync-sandbox\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: ksync-sandbox-admin\n  user:\n    token: {token}\ncontexts:\n- name: ksync-sandbox\n  context:\n    cluster: ksync-sandbox\n    user: ksync-sandbox-admin\n    namespace: default\ncurrent-context: ksync-sandbox\npreferences: {{}}\n"
@@ -178,11 +181,6 @@ impl Sandbox {
         &self.kubeconfig
     }
 
-    /// The store, for tests that need to reach behind the API (e.g. force a compaction).
-    pub fn store(&self) -> &Arc<store::Store> {
-        &self.store
-    }
-
     /// Forget the watch history (like an etcd compaction): open watches end with 410 Gone and
     /// clients must relist.
     pub fn compact(&self) {
@@ -225,7 +223,7 @@ impl Sandbox {
 
     /// Inject faults for a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
     /// `deletecollection`) or `*`.
-    pub fn set_fault(&self, verb: &str, fault: faults::Fault) {
+    pub fn set_fault(&self, verb: &str, fault: Fault) {
         self.app.faults.set(verb, fault);
     }
 

@@ -72,6 +72,9 @@ pub mod quantity;
 pub mod scheduler;
 pub mod workloads;
 
+#[cfg(test)]
+mod tests;
+
 use events::{EventSpec, EventType};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
