@@ -25,6 +25,8 @@ mod store;
 mod table;
 mod tls;
 
+pub mod harness;
+
 pub use faults::Fault;
 pub use tls::install_crypto_provider;
 
@@ -241,41 +243,19 @@ impl Sandbox {
         Ok(kube::Client::try_from(cfg)?)
     }
 
-    /// Harness: create a fresh namespace `PREFIX-xxxxx` for one test and return its name.
+    /// Create a fresh namespace `PREFIX-<random suffix>` for one test and return its name
+    /// (see [`harness::create_namespace`]).
     pub async fn create_namespace(&self, prefix: &str) -> anyhow::Result<String> {
-        use k8s_openapi::api::core::v1::Namespace;
-        let api: kube::Api<Namespace> = kube::Api::all(self.client().await?);
-        let ns: Namespace = serde_json::from_value(
-            serde_json::json!({"metadata": {"generateName": format!("{prefix}-")}}),
-        )?;
-        let made = api.create(&kube::api::PostParams::default(), &ns).await?;
-        made.metadata.name.context("namespace without a name")
+        harness::create_namespace(&self.client().await?, prefix).await
     }
 
-    /// Harness: install CustomResourceDefinitions (server-side apply) and wait until each is
-    /// `Established`.
+    /// Install CustomResourceDefinitions (server-side apply) and wait until each is
+    /// `Established` (see [`harness::install_crds`]).
     pub async fn install_crds(
         &self,
         crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
     ) -> anyhow::Result<()> {
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let api: kube::Api<CustomResourceDefinition> = kube::Api::all(self.client().await?);
-        let pp = kube::api::PatchParams::apply("ksync-sandbox-harness").force();
-        for crd in crds {
-            let name = crd.metadata.name.clone().context("CRD without a name")?;
-            let mut v = serde_json::to_value(crd)?;
-            v["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
-            v["kind"] = serde_json::json!("CustomResourceDefinition");
-            api.patch(&name, &pp, &kube::api::Patch::Apply(v)).await?;
-            let cond = kube::runtime::wait::conditions::is_crd_established();
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                kube::runtime::wait::await_condition(api.clone(), &name, cond),
-            )
-            .await
-            .context("CRD not established in time")??;
-        }
-        Ok(())
+        harness::install_crds(&self.client().await?, crds.iter().cloned()).await
     }
 
     /// Stop serving (also done on drop).
