@@ -1,8 +1,7 @@
 //! `ksync-sandbox`: an embedded single-process Kubernetes API server for tests and `ksync demo`.
 //!
 //! It serves the Kubernetes API over HTTPS on loopback from an in-memory store, close enough to
-//! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses
-//! (DESIGN §5, issue 3).
+//! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses.
 
 mod admission;
 mod authz;

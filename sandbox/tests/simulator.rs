@@ -1,4 +1,4 @@
-//! The workload simulator (`--simulate-workloads`, issue 3): each behaviour and failure kind
+//! The workload simulator (`--simulate-workloads`): each behaviour and failure kind
 //! through kube-rs and the real kubectl, asserting the reasons and messages real clusters use,
 //! (the table tests of the pure decisions are unit tests in `src/simulator/tests.rs`).
 // A failed unwrap in a test is a failed assertion.

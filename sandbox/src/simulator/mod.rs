@@ -1,4 +1,4 @@
-//! The kwok-like workload simulator behind `--simulate-workloads` (issue 3, DESIGN §5).
+//! The kwok-like workload simulator behind `--simulate-workloads`.
 //!
 //! It is a set of controllers and a fake kubelet that talk to the sandbox as an ordinary client
 //! (a `kube::Client` with reflectors), never to the store, so they behave as the real ones do on a
