@@ -4,9 +4,9 @@
 //! Denials and call failures are worded as kube-apiserver words them
 //! (k8s.io/apiserver webhook errors: `admission webhook "NAME" denied the request: ...`).
 
+use crate::identity::UserInfo;
 use crate::resources::ResourceInfo;
 use crate::selector::label_selector_object_matches;
-use crate::server::UserInfo;
 use crate::status::{ApiError, ApiResult};
 use crate::store::{self, Store};
 use base64::Engine;

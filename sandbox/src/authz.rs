@@ -3,7 +3,7 @@
 //! checked by RBAC (<https://kubernetes.io/docs/reference/access-authn-authz/rbac/>), Forbidden
 //! messages worded as kube-apiserver's `forbiddenMessage`, and the access reviews.
 
-use crate::server::UserInfo;
+use crate::identity::UserInfo;
 use crate::status::{ApiError, ApiResult};
 use crate::store::Store;
 use axum::http::HeaderMap;

@@ -1,28 +1,32 @@
 //! `ksync-sandbox`: an embedded single-process Kubernetes API server for tests and `ksync demo`.
 //!
 //! It serves the Kubernetes API over HTTPS on loopback from an in-memory store, close enough to
-//! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses
-//! (DESIGN §5, issue 3).
+//! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses.
 
-pub mod admission;
-pub mod authz;
-pub mod builtin;
-pub mod convert;
-pub mod crdvalid;
-pub mod faults;
-pub mod fields;
-pub mod openapi;
-pub mod protobuf;
-pub mod resources;
-pub mod schema;
-pub mod selector;
-pub mod server;
-pub mod simulator;
-pub mod smp;
-pub mod status;
-pub mod store;
-pub mod table;
-pub mod tls;
+mod admission;
+mod authz;
+mod builtin;
+mod convert;
+mod crdvalid;
+mod faults;
+mod fields;
+mod identity;
+mod openapi;
+mod protobuf;
+mod resources;
+mod schema;
+mod selector;
+mod server;
+mod simulator;
+mod smp;
+mod status;
+mod store;
+mod table;
+mod tls;
+
+pub mod harness;
+
+pub use faults::Fault;
 
 use anyhow::Context;
 use base64::Engine;
@@ -88,7 +92,7 @@ fn make_tempdir() -> anyhow::Result<TempDir> {
 }
 
 /// The kubeconfig for the admin (`system:masters`) with the sandbox CA.
-pub fn kubeconfig_yaml(server: &str, ca_pem: &str, token: &str) -> String {
+fn kubeconfig_yaml(server: &str, ca_pem: &str, token: &str) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: ksync-sandbox\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: ksync-sandbox-admin\n  user:\n    token: {token}\ncontexts:\n- name: ksync-sandbox\n  context:\n    cluster: ksync-sandbox\n    user: ksync-sandbox-admin\n    namespace: default\ncurrent-context: ksync-sandbox\npreferences: {{}}\n"
@@ -98,7 +102,7 @@ pub fn kubeconfig_yaml(server: &str, ca_pem: &str, token: &str) -> String {
 impl Sandbox {
     /// Start a sandbox in this process (inside a tokio runtime).
     pub async fn start(opts: SandboxOptions) -> anyhow::Result<Sandbox> {
-        tls::install_crypto_provider();
+        kuvryn_sync_runtime::tls::install_crypto_provider();
         let pki = tls::generate()?;
         let listener = std::net::TcpListener::bind(opts.listen)
             .with_context(|| format!("binding {}", opts.listen))?;
@@ -177,11 +181,6 @@ impl Sandbox {
         &self.kubeconfig
     }
 
-    /// The store, for tests that need to reach behind the API (e.g. force a compaction).
-    pub fn store(&self) -> &Arc<store::Store> {
-        &self.store
-    }
-
     /// Forget the watch history (like an etcd compaction): open watches end with 410 Gone and
     /// clients must relist.
     pub fn compact(&self) {
@@ -208,7 +207,7 @@ impl Sandbox {
             gs.push(format!("system:serviceaccounts:{ns}"));
         }
         gs.push("system:authenticated".into());
-        let user = server::UserInfo {
+        let user = identity::UserInfo {
             username: username.to_string(),
             uid: String::new(),
             groups: gs,
@@ -224,7 +223,7 @@ impl Sandbox {
 
     /// Inject faults for a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
     /// `deletecollection`) or `*`.
-    pub fn set_fault(&self, verb: &str, fault: faults::Fault) {
+    pub fn set_fault(&self, verb: &str, fault: Fault) {
         self.app.faults.set(verb, fault);
     }
 
@@ -242,41 +241,19 @@ impl Sandbox {
         Ok(kube::Client::try_from(cfg)?)
     }
 
-    /// Harness: create a fresh namespace `PREFIX-xxxxx` for one test and return its name.
+    /// Create a fresh namespace `PREFIX-<random suffix>` for one test and return its name
+    /// (see [`harness::create_namespace`]).
     pub async fn create_namespace(&self, prefix: &str) -> anyhow::Result<String> {
-        use k8s_openapi::api::core::v1::Namespace;
-        let api: kube::Api<Namespace> = kube::Api::all(self.client().await?);
-        let ns: Namespace = serde_json::from_value(
-            serde_json::json!({"metadata": {"generateName": format!("{prefix}-")}}),
-        )?;
-        let made = api.create(&kube::api::PostParams::default(), &ns).await?;
-        made.metadata.name.context("namespace without a name")
+        harness::create_namespace(&self.client().await?, prefix).await
     }
 
-    /// Harness: install CustomResourceDefinitions (server-side apply) and wait until each is
-    /// `Established`.
+    /// Install CustomResourceDefinitions (server-side apply) and wait until each is
+    /// `Established` (see [`harness::install_crds`]).
     pub async fn install_crds(
         &self,
         crds: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
     ) -> anyhow::Result<()> {
-        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        let api: kube::Api<CustomResourceDefinition> = kube::Api::all(self.client().await?);
-        let pp = kube::api::PatchParams::apply("ksync-sandbox-harness").force();
-        for crd in crds {
-            let name = crd.metadata.name.clone().context("CRD without a name")?;
-            let mut v = serde_json::to_value(crd)?;
-            v["apiVersion"] = serde_json::json!("apiextensions.k8s.io/v1");
-            v["kind"] = serde_json::json!("CustomResourceDefinition");
-            api.patch(&name, &pp, &kube::api::Patch::Apply(v)).await?;
-            let cond = kube::runtime::wait::conditions::is_crd_established();
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                kube::runtime::wait::await_condition(api.clone(), &name, cond),
-            )
-            .await
-            .context("CRD not established in time")??;
-        }
-        Ok(())
+        harness::install_crds(&self.client().await?, crds.iter().cloned()).await
     }
 
     /// Stop serving (also done on drop).

@@ -160,7 +160,7 @@ fn builtin(b: B<'_>) -> ResourceInfo {
     }
 }
 
-/// The built-in kinds listed in issue 3.
+/// The built-in kinds the sandbox serves.
 pub fn builtins() -> Vec<ResourceInfo> {
     #[rustfmt::skip]
     #[allow(clippy::type_complexity)]

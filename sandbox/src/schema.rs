@@ -71,14 +71,6 @@ fn lookup_ref(r: &str) -> Option<&'static Value> {
 }
 
 impl<'a> Node<'a> {
-    pub fn none() -> Node<'static> {
-        Node { s: None, root: false }
-    }
-
-    pub fn of(s: &'a Value) -> Self {
-        Node { s: Some(s), root: false }.resolve()
-    }
-
     /// The root node of a built-in kind.
     pub fn builtin(group: &str, version: &str, kind: &str) -> Node<'static> {
         let d = defs();

@@ -318,15 +318,6 @@ impl Store {
             .cloned()
     }
 
-    /// Find a served version of a resource by group and kind (any version; storage preferred).
-    pub fn resource_by_kind(&self, group: &str, kind: &str) -> Option<ResourceInfo> {
-        let st = self.lock();
-        let mut c: Vec<&ResourceInfo> =
-            st.resources.iter().filter(|r| r.group == group && r.kind == kind).collect();
-        c.sort_by_key(|r| !r.storage);
-        c.first().map(|r| (*r).clone())
-    }
-
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.tx.subscribe()
     }
@@ -874,21 +865,6 @@ impl Store {
                 self.finish_update(ri, old, obj, sub, o, Some(&applied))
             }
         }
-    }
-
-    /// Replace `old` by `new` (main resource or a subresource) as `manager`, for in-process
-    /// controllers such as the workload simulator.
-    pub fn write(
-        &self,
-        ri: &ResourceInfo,
-        old: &Arc<Value>,
-        new: Value,
-        sub: &str,
-        manager: &str,
-    ) -> ApiResult<Value> {
-        let o = WriteOpts { field_manager: manager.to_string(), ..Default::default() };
-        let p = self.finish_update(ri, old.clone(), new, sub, &o, None)?;
-        self.commit(p, false)
     }
 
     /// Create `obj` in `ns` as `manager`.

@@ -10,11 +10,6 @@ pub struct Pki {
     pub key_pem: String,
 }
 
-/// Install ring as the process-wide rustls provider once; later calls are no-ops.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 pub fn generate() -> anyhow::Result<Pki> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;

@@ -15,7 +15,7 @@ type Seen = Arc<Mutex<Vec<Value>>>;
 
 /// A small webhook server: /mutate adds a label, /validate denies `deny=true`.
 async fn webhook_server(seen: Seen) -> (SocketAddr, String, axum_server::Handle<SocketAddr>) {
-    ksync_sandbox::tls::install_crypto_provider();
+    kuvryn_sync_runtime::tls::install_crypto_provider();
     let ca_key = rcgen::KeyPair::generate().expect("key");
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);

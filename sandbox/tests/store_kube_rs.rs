@@ -444,7 +444,7 @@ async fn finalizers_gc_and_namespace_cascade() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_injection_per_verb() {
-    use ksync_sandbox::faults::Fault;
+    use ksync_sandbox::Fault;
     let sb = common::sandbox().await;
     let client = sb.client().await.expect("client");
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");

@@ -3,17 +3,16 @@
 //! own namespace, starts the controller binary against it, and waits on conditions with
 //! deadlines.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use ksync_sandbox::{Sandbox, SandboxOptions};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
+use ksync_sandbox::{Sandbox, SandboxOptions, harness};
+
+/// Poll `check` until it returns `Some` or `deadline` passes; the error says what was awaited
+/// and the last observation.
+pub use ksync_sandbox::harness::wait_for;
 
 /// Environment variable naming a real cluster's kubeconfig to run the e2e suite against.
 pub const REAL_CLUSTER_ENV: &str = "KSYNC_E2E_KUBECONFIG";
@@ -58,34 +57,12 @@ impl TestCluster {
 
     /// Server-side apply every Kuvryn Sync CRD and wait until each is Established.
     pub async fn install_crds(&self) -> Result<()> {
-        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
-        let params = PatchParams::apply("kuvryn-sync-tests").force();
-        for crd in kuvryn_sync_api::crds() {
-            let name = crd.metadata.name.clone().context("CRD name")?;
-            api.patch(&name, &params, &Patch::Apply(&crd))
-                .await
-                .with_context(|| format!("apply CRD {name}"))?;
-            tokio::time::timeout(
-                Duration::from_secs(30),
-                await_condition(api.clone(), &name, conditions::is_crd_established()),
-            )
-            .await
-            .with_context(|| format!("CRD {name} not Established within 30s"))??;
-        }
-        Ok(())
+        harness::install_crds(&self.client, kuvryn_sync_api::crds()).await
     }
 
     /// Create a fresh namespace named `<prefix>-<random>`.
     pub async fn namespace(&self, prefix: &str) -> Result<String> {
-        let name = format!("{prefix}-{}", random_suffix());
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        let ns: Namespace = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}
-        }))?;
-        api.create(&PostParams::default(), &ns)
-            .await
-            .with_context(|| format!("create namespace {name}"))?;
-        Ok(name)
+        harness::create_namespace(&self.client, prefix).await
     }
 }
 
@@ -103,27 +80,6 @@ fn random_suffix() -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or_default();
     format!("{:x}{:x}", std::process::id() ^ nanos, COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Poll `check` until it returns `Some` or `deadline` passes; the error says what was awaited
-/// and the last observation.
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<(Option<T>, String)>>,
-{
-    let start = Instant::now();
-    loop {
-        let last = match check().await {
-            Ok((Some(value), _)) => return Ok(value),
-            Ok((None, observed)) => observed,
-            Err(err) => format!("error: {err:#}"),
-        };
-        if start.elapsed() > deadline {
-            bail!("timed out after {deadline:?} waiting for {what}; last observed: {last}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// The path of a workspace binary built by `cargo build` (the test script builds them all).

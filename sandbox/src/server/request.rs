@@ -1,0 +1,232 @@
+//! Reading a resource request: the target URL, the verb, options, body and selectors.
+
+use super::{App, Query};
+use crate::identity::UserInfo;
+use crate::resources::ResourceInfo;
+use crate::selector::{self, FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult};
+use crate::store::{self, Store, WriteOpts};
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, header};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// An authenticated request.
+#[derive(Debug)]
+pub(super) struct Request<'a> {
+    pub app: &'a Arc<App>,
+    pub method: &'a Method,
+    pub q: &'a Query,
+    pub headers: &'a HeaderMap,
+    pub body: Bytes,
+    pub user: &'a UserInfo,
+}
+
+impl Request<'_> {
+    /// `?watch=true` (or `1`).
+    pub fn is_watch(&self) -> bool {
+        self.q.get("watch").is_some_and(|w| w == "true" || w == "1")
+    }
+
+    /// The media type of the body, parameters included (empty when absent).
+    pub fn content_type(&self) -> String {
+        self.headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The DeleteOptions of a delete: the body (if any), `?propagationPolicy=` winning.
+    pub fn delete_options(&self) -> Value {
+        let mut opts: Value = if self.body.is_empty() {
+            json!({})
+        } else {
+            serde_json::from_slice(&self.body).unwrap_or(json!({}))
+        };
+        if let Some(p) = self.q.get("propagationPolicy") {
+            opts["propagationPolicy"] = json!(p);
+        }
+        opts
+    }
+
+    /// `?labelSelector=`.
+    pub fn label_selector(&self) -> ApiResult<LabelSelector> {
+        LabelSelector::parse(self.q.get("labelSelector").map(String::as_str).unwrap_or_default())
+    }
+}
+
+/// A parsed resource URL.
+#[derive(Debug)]
+pub(super) struct Target {
+    pub ri: ResourceInfo,
+    pub ns: Option<String>,
+    pub name: Option<String>,
+    pub sub: String,
+}
+
+impl Target {
+    /// The namespace, empty for cluster-scoped requests.
+    pub fn namespace(&self) -> String {
+        self.ns.clone().unwrap_or_default()
+    }
+}
+
+pub(super) fn parse_target(store: &Store, g: &str, v: &str, rest: &[&str]) -> ApiResult<Target> {
+    let (ns, rest) = if rest.len() >= 3
+        && rest[0] == "namespaces"
+        && !(g.is_empty() && rest.len() == 3 && (rest[2] == "status" || rest[2] == "finalize"))
+    {
+        (Some(rest[1].to_string()), &rest[2..])
+    } else {
+        (None, rest)
+    };
+    let (plural, name, sub) = match rest {
+        [p] => (*p, None, ""),
+        [p, n] => (*p, Some(n.to_string()), ""),
+        [p, n, s] => (*p, Some(n.to_string()), *s),
+        _ => return Err(ApiError::path_not_found()),
+    };
+    let ri = store.resource(g, v, plural).ok_or_else(ApiError::path_not_found)?;
+    if ns.is_some() && !ri.namespaced {
+        return Err(ApiError::path_not_found());
+    }
+    if ri.namespaced && ns.is_none() && name.is_some() {
+        return Err(ApiError::path_not_found());
+    }
+    let sub_ok = sub.is_empty()
+        || sub == "status" && ri.status
+        || sub == "scale" && ri.scale.is_some()
+        || sub == "finalize" && ri.plural == "namespaces"
+        || sub == "log" && ri.group.is_empty() && ri.plural == "pods";
+    if !sub_ok {
+        return Err(ApiError::path_not_found());
+    }
+    Ok(Target { ri, ns, name, sub: sub.to_string() })
+}
+
+pub(super) fn write_opts(q: &Query, headers: &HeaderMap) -> ApiResult<WriteOpts> {
+    let dry = q.get("dryRun").map(String::as_str);
+    if let Some(d) = dry
+        && d != "All"
+        && !d.is_empty()
+    {
+        return Err(ApiError::bad_request(format!(
+            "Invalid dry run value: \"{d}\"; supported values are All"
+        )));
+    }
+    let manager = match q.get("fieldManager") {
+        Some(m) if !m.is_empty() => m.clone(),
+        _ => headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|ua| ua.split('/').next().unwrap_or_default().to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".into()),
+    };
+    Ok(WriteOpts {
+        dry_run: dry == Some("All"),
+        field_manager: manager,
+        force: q.get("force").is_some_and(|f| f == "true"),
+    })
+}
+
+pub(super) fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let ct = ct.split(';').next().unwrap_or_default().trim();
+    match ct {
+        "application/json" | "" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding JSON: {e}"))),
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body),
+        "application/yaml" => serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}"))),
+        other => Err(ApiError::unsupported_media_type(other)),
+    }
+}
+
+/// `Some(includeObject)` when the client asked for a Table (`Accept: ...;as=Table;...`).
+pub(super) fn table_request(headers: &HeaderMap, q: &Query) -> Option<String> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !crate::table::wants_table(accept) {
+        return None;
+    }
+    Some(q.get("includeObject").cloned().unwrap_or_else(|| "Metadata".into()))
+}
+
+/// `fieldValidation` (<https://kubernetes.io/docs/reference/using-api/api-concepts/#field-validation>):
+/// Strict fails with kube-apiserver's strict decoding error, Warn (the default) returns warnings.
+pub(super) fn field_validation(
+    ri: &ResourceInfo,
+    obj: &Value,
+    q: &Query,
+) -> ApiResult<Vec<String>> {
+    let mode = q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
+    if mode == "Ignore" || ri.custom && ri.schema.is_none() {
+        return Ok(vec![]);
+    }
+    let mut unknown = vec![];
+    crate::openapi::unknown_fields(obj, store::schema_node(ri), "", &mut unknown);
+    if unknown.is_empty() {
+        return Ok(vec![]);
+    }
+    let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    if mode == "Strict" {
+        return Err(ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            ri.kind,
+            ri.version,
+            ri.kind,
+            msgs.join(", ")
+        )));
+    }
+    Ok(msgs)
+}
+
+/// Objects served at the version the client asked for (no conversion: same schema).
+pub(super) fn at_version(ri: &ResourceInfo, v: &Value) -> Value {
+    if crate::convert::is_events_api(&ri.group, &ri.plural) {
+        return crate::convert::core_to_events(v);
+    }
+    let mut o = v.clone();
+    if o.get("apiVersion").and_then(Value::as_str) != Some(&ri.api_version()) {
+        o["apiVersion"] = json!(ri.api_version());
+    }
+    o
+}
+
+/// The RBAC verb of a request on `t`.
+pub(super) fn verb_of(req: &Request, t: &Target) -> &'static str {
+    match (req.method.clone(), &t.name) {
+        (Method::GET, None) if req.is_watch() => "watch",
+        (Method::GET, None) => "list",
+        (Method::GET, Some(_)) => "get",
+        (Method::POST, _) => "create",
+        (Method::PUT, _) => "update",
+        (Method::PATCH, _) => "patch",
+        (Method::DELETE, None) => "deletecollection",
+        (Method::DELETE, Some(_)) => "delete",
+        _ => "",
+    }
+}
+
+/// The label and field selectors of a list or watch (`events.k8s.io` selects on `regarding.*`,
+/// stored as core Events' `involvedObject.*`).
+pub(super) fn list_selectors(
+    req: &Request,
+    ri: &ResourceInfo,
+) -> ApiResult<(LabelSelector, FieldSelector)> {
+    let labels = req.label_selector()?;
+    let mut allowed = selector::builtin_field_labels(&ri.group, &ri.plural);
+    allowed.extend(ri.selectable_fields.iter().cloned());
+    let mut fs = req.q.get("fieldSelector").cloned().unwrap_or_default();
+    if crate::convert::is_events_api(&ri.group, &ri.plural) {
+        // Stored as core Events: regarding.* is involvedObject.*.
+        fs = fs.replace("regarding.", "involvedObject.");
+        allowed = selector::builtin_field_labels("", "events");
+    }
+    let fsel = FieldSelector::parse(&fs, &allowed)?;
+    Ok((labels, fsel))
+}

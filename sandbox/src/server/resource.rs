@@ -1,0 +1,315 @@
+//! Requests on resource URLs: authorization, injected faults, then one handler per verb.
+
+use super::request::{
+    Request, Target, at_version, decode_body, field_validation, list_selectors, parse_target,
+    table_request, verb_of, write_opts,
+};
+use super::{error_response, json_response, with_warnings};
+use crate::faults::Action;
+use crate::selector::{self, FieldSelector};
+use crate::status::{ApiError, ApiResult};
+use crate::store::{self, WriteOpts};
+use axum::body::{Body, Bytes};
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// `/api/v1/...` or `/apis/GROUP/VERSION/...` below the group version: `rest`.
+pub(super) async fn resource_request(
+    req: &Request<'_>,
+    g: &str,
+    v: &str,
+    rest: &[&str],
+) -> ApiResult<Response> {
+    let t = parse_target(&req.app.store, g, v, rest)?;
+    let verb = verb_of(req, &t);
+    authorize(req, &t, verb)?;
+    if let Some(r) = injected_fault(req.app.faults.decide(verb).await)? {
+        return Ok(r);
+    }
+    let ri = &t.ri;
+    if crate::convert::is_events_api(&ri.group, &ri.plural)
+        && matches!(*req.method, Method::POST | Method::PUT | Method::PATCH)
+    {
+        return super::events_api::write(req, &t).await;
+    }
+    if ri.create_only {
+        return access_review(req, &t);
+    }
+    match (req.method.clone(), t.name.as_deref()) {
+        (Method::GET, None) => list_or_watch(req, &t),
+        (Method::GET, Some(name)) if t.sub == "log" => pod_log(req, &t, name),
+        (Method::GET, Some(name)) => get(req, &t, name),
+        (Method::POST, None) => create(req, &t).await,
+        (Method::PUT, Some(name)) if t.sub == "scale" => super::scale::update(req, &t, name),
+        (Method::PUT, Some(name)) => update(req, &t, name).await,
+        (Method::PATCH, Some(name)) if t.sub == "scale" => super::scale::patch(req, &t, name),
+        (Method::PATCH, Some(name)) => patch(req, &t, name).await,
+        (Method::DELETE, Some(name)) => delete(req, &t, name).await,
+        (Method::DELETE, None) => delete_collection(req, &t),
+        _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// RBAC with the request's attributes; Forbidden worded as kube-apiserver's.
+fn authorize(req: &Request, t: &Target, verb: &str) -> ApiResult<()> {
+    let attrs = crate::authz::Attributes {
+        verb: verb.to_string(),
+        group: t.ri.group.clone(),
+        resource: t.ri.plural.clone(),
+        subresource: t.sub.clone(),
+        namespace: t.namespace(),
+        name: t.name.clone().unwrap_or_default(),
+        path: None,
+    };
+    crate::authz::authorize(&req.app.store, req.user, &attrs)
+        .map(|_| ())
+        .map_err(|reason| crate::authz::forbidden(req.user, &attrs, &reason))
+}
+
+/// The response an injected fault replaces serving with, if any.
+fn injected_fault(action: Action) -> ApiResult<Option<Response>> {
+    match action {
+        Action::Serve => Ok(None),
+        Action::Error(code) => Ok(Some(injected_error(code))),
+        Action::Reset => {
+            // A body that fails at once makes the server abort the connection.
+            let s = futures::stream::once(async {
+                Err::<Bytes, std::io::Error>(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "injected reset",
+                ))
+            });
+            Response::builder()
+                .status(200)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from_stream(s))
+                .map(Some)
+                .map_err(|e| ApiError::internal(e.to_string()))
+        }
+    }
+}
+
+/// An injected error Status, worded as kube-apiserver's for the code.
+fn injected_error(code: u16) -> Response {
+    let (reason, message): (&'static str, String) = match code {
+        429 => ("TooManyRequests", "the server has received too many requests and has asked us to try again later".into()),
+        503 => ("ServiceUnavailable", "the server is currently unable to handle the request".into()),
+        504 => ("Timeout", "the server was unable to return a response in the time allotted, but may still be processing the request".into()),
+        _ => ("InternalError", "Internal error occurred: injected fault".into()),
+    };
+    let e = ApiError { code, reason, message, details: Some(json!({"retryAfterSeconds": 1})) };
+    let mut r = error_response(&e);
+    if code == 429 {
+        r.headers_mut().insert(header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// Create-only review resources (SubjectAccessReview and friends): answered, never stored.
+fn access_review(req: &Request, t: &Target) -> ApiResult<Response> {
+    let ri = &t.ri;
+    if *req.method != Method::POST || t.name.is_some() {
+        return Err(ApiError::method_not_allowed());
+    }
+    let body = decode_body(req.headers, &req.body)?;
+    let mut out = crate::authz::review(&req.app.store, req.user, &ri.plural, body)?;
+    out["apiVersion"] = json!(ri.api_version());
+    out["kind"] = json!(ri.kind);
+    Ok(json_response(201, &out))
+}
+
+/// `list` (optionally paged, or as a Table) or `watch` on a collection.
+fn list_or_watch(req: &Request, t: &Target) -> ApiResult<Response> {
+    let ri = &t.ri;
+    let (labels, fsel) = list_selectors(req, ri)?;
+    if req.is_watch() {
+        let table = table_request(req.headers, req.q);
+        return super::watch::watch(req.app, ri.clone(), t.ns.clone(), labels, fsel, req.q, table);
+    }
+    let q = req.q;
+    let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
+    let (items, rv, cont, remaining) = req.app.store.list(
+        ri,
+        t.ns.as_deref(),
+        &labels,
+        &fsel,
+        limit,
+        q.get("continue").map(String::as_str),
+    )?;
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if let Some(c) = cont {
+        meta["continue"] = json!(c);
+    }
+    if let Some(r) = remaining {
+        meta["remainingItemCount"] = json!(r);
+    }
+    let items: Vec<Value> = items.iter().map(|o| at_version(ri, o)).collect();
+    if let Some(include) = table_request(req.headers, q) {
+        let t = crate::table::table(ri, &items, meta, &include, true);
+        return Ok(json_response(200, &t));
+    }
+    let list = json!({"kind": format!("{}List", ri.kind), "apiVersion": ri.api_version(), "metadata": meta, "items": items});
+    Ok(json_response(200, &list))
+}
+
+/// `pods/log`: the simulated container's log as plain text.
+fn pod_log(req: &Request, t: &Target, name: &str) -> ApiResult<Response> {
+    let o = req.app.store.get(&t.ri, &t.namespace(), name)?;
+    let text = crate::simulator::logs::pod_log(
+        &o,
+        req.q.get("container").map(String::as_str),
+        req.q.get("previous").is_some_and(|p| p == "true"),
+    )?;
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], text).into_response())
+}
+
+/// `get` of one object (its Scale view for `/scale`, or as a Table).
+fn get(req: &Request, t: &Target, name: &str) -> ApiResult<Response> {
+    let ri = &t.ri;
+    let o = req.app.store.get(ri, &t.namespace(), name)?;
+    if t.sub == "scale" {
+        return Ok(json_response(200, &super::scale::scale_of(ri, &o)));
+    }
+    if let Some(include) = table_request(req.headers, req.q) {
+        let meta = json!({"resourceVersion": store::rv_of(&o)});
+        let t = crate::table::table(ri, &[at_version(ri, &o)], meta, &include, true);
+        return Ok(json_response(200, &t));
+    }
+    Ok(json_response(200, &at_version(ri, &o)))
+}
+
+/// `create` (POST to the collection), through field validation and admission.
+async fn create(req: &Request<'_>, t: &Target) -> ApiResult<Response> {
+    let (ri, store) = (&t.ri, &req.app.store);
+    let o = write_opts(req.q, req.headers)?;
+    let obj = decode_body(req.headers, &req.body)?;
+    let mut warnings = field_validation(ri, &obj, req.q)?;
+    let mut p = store.prepare_create(ri, &t.namespace(), obj, &o)?;
+    warnings.extend(admit(req, &mut p, "CREATE", &o).await?);
+    let created = store.commit(p, o.dry_run)?;
+    Ok(with_warnings(json_response(201, &created), &warnings))
+}
+
+/// `update` (PUT) of an object or its `/status`, through field validation and admission.
+async fn update(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response> {
+    let (ri, store) = (&t.ri, &req.app.store);
+    let o = write_opts(req.q, req.headers)?;
+    let obj = decode_body(req.headers, &req.body)?;
+    let mut warnings = field_validation(ri, &obj, req.q)?;
+    let mut p = store.prepare_update(ri, &t.namespace(), name, obj, &t.sub, &o)?;
+    warnings.extend(admit(req, &mut p, "UPDATE", &o).await?);
+    let updated = store.commit(p, o.dry_run)?;
+    Ok(with_warnings(json_response(200, &updated), &warnings))
+}
+
+/// `patch` (JSON, merge, strategic merge or server-side apply); an apply may create.
+/// Patches are retried on conflicts with concurrent writers, as kube-apiserver does.
+async fn patch(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response> {
+    let (ri, store, ns) = (&t.ri, &req.app.store, t.namespace());
+    let o = write_opts(req.q, req.headers)?;
+    let ct = req.content_type();
+    let mut warnings = vec![];
+    if ct.starts_with("application/apply-patch") {
+        let applied: Value = serde_yaml::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        warnings = field_validation(ri, &applied, req.q)?;
+    }
+    let mut last = None;
+    for _ in 0..5 {
+        let mut p = store.prepare_patch(ri, &ns, name, &ct, &req.body, &t.sub, &o)?;
+        let created = p.old.is_none();
+        let op = if created { "CREATE" } else { "UPDATE" };
+        warnings.extend(admit(req, &mut p, op, &o).await?);
+        match store.commit(p, o.dry_run) {
+            Ok(v) => {
+                let code = if created { 201 } else { 200 };
+                return Ok(with_warnings(json_response(code, &v), &warnings));
+            }
+            Err(e) if e.code == 409 && e.reason == "Conflict" => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| ApiError::internal("patch retries exhausted")))
+}
+
+/// `delete` of one object, through admission.
+async fn delete(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response> {
+    let (ri, store, ns) = (&t.ri, &req.app.store, t.namespace());
+    let opts = req.delete_options();
+    let dry = req.q.get("dryRun").is_some_and(|d| d == "All")
+        || opts["dryRun"].as_array().is_some_and(|a| a.iter().any(|x| x == "All"));
+    let cur = store.get(ri, &ns, name)?;
+    let areq = crate::admission::Request {
+        ri,
+        operation: "DELETE",
+        subresource: "",
+        namespace: &ns,
+        name,
+        user: req.user,
+        old: Some(&cur),
+        dry_run: dry,
+        options: json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": opts.get("propagationPolicy")}),
+    };
+    crate::admission::admit(store, &req.app.services, &areq, &mut None).await?;
+    let (resp, _) = store.delete(ri, &ns, name, &opts, dry)?;
+    Ok(json_response(200, &resp))
+}
+
+/// `deletecollection`: delete what the selectors match; answers with the deleted objects.
+fn delete_collection(req: &Request, t: &Target) -> ApiResult<Response> {
+    let (ri, store, q) = (&t.ri, &req.app.store, req.q);
+    let labels = req.label_selector()?;
+    let fsel = FieldSelector::parse(
+        q.get("fieldSelector").map(String::as_str).unwrap_or_default(),
+        &selector::builtin_field_labels(&ri.group, &ri.plural),
+    )?;
+    let opts = req.delete_options();
+    let dry = q.get("dryRun").is_some_and(|d| d == "All");
+    let (items, _, _, _) = store.list(ri, t.ns.as_deref(), &labels, &fsel, None, None)?;
+    let mut deleted = vec![];
+    for o in items {
+        if let Ok((_, _)) = store.delete(ri, store::ns_of(&o), store::name_of(&o), &opts, dry) {
+            deleted.push(at_version(ri, &o));
+        }
+    }
+    let list = json!({"kind": format!("{}List", ri.kind), "apiVersion": ri.api_version(), "metadata": {"resourceVersion": store.current_rv().to_string()}, "items": deleted});
+    Ok(json_response(200, &list))
+}
+
+/// Run admission webhooks on a prepared write, mutating it in place.
+async fn admit(
+    req: &Request<'_>,
+    p: &mut store::Pending,
+    operation: &'static str,
+    o: &WriteOpts,
+) -> ApiResult<Vec<String>> {
+    let name = store::name_of(&p.obj).to_string();
+    let ns = store::ns_of(&p.obj).to_string();
+    let kind = if operation == "CREATE" {
+        "CreateOptions"
+    } else if req.q.contains_key("force") || p.subresource.is_empty() && p.old.is_some() {
+        "UpdateOptions"
+    } else {
+        "PatchOptions"
+    };
+    let old = p.old.clone();
+    let areq = crate::admission::Request {
+        ri: &p.ri,
+        operation,
+        subresource: &p.subresource,
+        namespace: &ns,
+        name: &name,
+        user: req.user,
+        old: old.as_deref(),
+        dry_run: o.dry_run,
+        options: json!({"kind": kind, "apiVersion": "meta.k8s.io/v1", "fieldManager": o.field_manager}),
+    };
+    let mut obj = Some(p.obj.clone());
+    let warnings =
+        crate::admission::admit(&req.app.store, &req.app.services, &areq, &mut obj).await?;
+    if let Some(obj) = obj {
+        p.obj = obj;
+    }
+    Ok(warnings)
+}

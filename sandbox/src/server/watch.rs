@@ -1,0 +1,167 @@
+//! Watch streams.
+
+use super::request::at_version;
+use super::{App, Query};
+use crate::resources::ResourceInfo;
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::{ApiError, ApiResult};
+use crate::store::{self, EventType};
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::Response;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn watch_line(etype: &str, obj: &Value) -> Bytes {
+    let mut s = serde_json::to_vec(&json!({"type": etype, "object": obj})).unwrap_or_default();
+    s.push(b'\n');
+    Bytes::from(s)
+}
+
+/// A watch stream (<https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>):
+/// newline-delimited `{"type","object"}` events, bookmarks on request, `410 Gone` as an ERROR event.
+pub(super) fn watch(
+    app: &Arc<App>,
+    ri: ResourceInfo,
+    ns: Option<String>,
+    labels: LabelSelector,
+    fsel: FieldSelector,
+    q: &Query,
+    table: Option<String>,
+) -> ApiResult<Response> {
+    let store = app.store.clone();
+    let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let initial_events = q.get("sendInitialEvents").is_some_and(|b| b == "true");
+    let timeout =
+        q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).map(Duration::from_secs);
+    let interval = app.bookmark_interval;
+    let sk = ri.store_key();
+    let ns_filter = ns.clone().filter(|n| !n.is_empty());
+    let matches = move |o: &Value| labels.matches(o) && fsel.matches(o);
+    // Start: synthetic ADDED for the current state ("" / "0" or sendInitialEvents), or replay after N.
+    let (initial, replay, mut rx, start_rv, gone) = {
+        let from_state = rv_param.is_empty() || rv_param == "0" || initial_events;
+        if from_state {
+            let (evs, rx, rv) = store.watch_from(store.current_rv())?;
+            let _ = evs;
+            let objs = store.list_all(&sk, ns_filter.as_deref());
+            (objs, vec![], rx, rv, None)
+        } else {
+            let n: u64 = rv_param.parse().map_err(|_| {
+                ApiError::bad_request(format!("invalid resource version: {rv_param}"))
+            })?;
+            match store.watch_from(n) {
+                Ok((evs, rx, rv)) => (vec![], evs, rx, rv.max(n), None),
+                Err(e) => {
+                    let rx = store.subscribe();
+                    (vec![], vec![], rx, 0, Some(e))
+                }
+            }
+        }
+    };
+    let mut expire = store.expire_watches.subscribe();
+    // Table watches: one-row Tables, column definitions only in the first event (as kube-apiserver).
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let ri_t = ri.clone();
+    let present = move |o: &Value| -> Value {
+        match &table {
+            None => o.clone(),
+            Some(include) => {
+                let cols = first.swap(false, std::sync::atomic::Ordering::Relaxed);
+                let meta = json!({"resourceVersion": store::rv_of(o)});
+                let mut t =
+                    crate::table::table(&ri_t, std::slice::from_ref(o), meta, include, cols);
+                if !cols && let Some(m) = t.as_object_mut() {
+                    m.remove("columnDefinitions");
+                }
+                t
+            }
+        }
+    };
+    let kind = ri.kind.clone();
+    let api_version = ri.api_version();
+    let stream = async_stream::stream! {
+        if let Some(e) = gone {
+            yield Ok::<Bytes, std::convert::Infallible>(watch_line("ERROR", &e.to_status()));
+            return;
+        }
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut last = start_rv;
+        for o in &initial {
+            if matches(o) {
+                yield Ok(watch_line("ADDED", &present(&at_version(&ri, o))));
+            }
+        }
+        if initial_events {
+            let bm = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
+            yield Ok(watch_line("BOOKMARK", &bm));
+        }
+        let relevant = |ev: &store::Event| ev.store_key == sk && ns_filter.as_deref().is_none_or(|n| n == ev.ns);
+        let render = |ev: &store::Event| -> Option<Bytes> {
+            let now_m = matches(&ev.obj);
+            let prev_m = ev.prev.as_ref().map(|p| matches(p));
+            let t = match (ev.etype, now_m, prev_m) {
+                (EventType::Deleted, _, Some(true)) | (EventType::Deleted, true, None) => "DELETED",
+                (EventType::Deleted, _, _) => return None,
+                (_, true, Some(true)) => ev.etype.as_str(),
+                (_, true, _) => "ADDED",
+                (EventType::Modified, false, Some(true)) => "DELETED",
+                _ => return None,
+            };
+            Some(watch_line(t, &present(&at_version(&ri, &ev.obj))))
+        };
+        for ev in &replay {
+            last = last.max(ev.rv);
+            if relevant(ev)
+                && let Some(b) = render(ev) { yield Ok(b); }
+        }
+        let mut tick = tokio::time::interval(interval);
+        tick.tick().await;
+        loop {
+            let sleep_deadline = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Ok(ev) => {
+                        if ev.rv <= last { continue; }
+                        last = ev.rv;
+                        if relevant(&ev)
+                            && let Some(b) = render(&ev) { yield Ok(b); }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let e = ApiError::gone(format!("too old resource version: {last} ({})", last + 1));
+                        yield Ok(watch_line("ERROR", &e.to_status()));
+                        return;
+                    }
+                    Err(_) => return,
+                },
+                r = expire.recv() => {
+                    if let Ok(at) = r {
+                        let e = ApiError::gone(format!("too old resource version: {last} ({})", at + 1));
+                        yield Ok(watch_line("ERROR", &e.to_status()));
+                    }
+                    return;
+                }
+                _ = tick.tick() => {
+                    if bookmarks {
+                        let bm = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string()}});
+                        yield Ok(watch_line("BOOKMARK", &bm));
+                    }
+                }
+                _ = sleep_deadline => return,
+            }
+        }
+    };
+    Response::builder()
+        .status(200)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(Body::from_stream(stream))
+        .map_err(|e| ApiError::internal(e.to_string()))
+}
