@@ -11,7 +11,9 @@
 //!
 //! A process is identified by its PID *and* its start time, so a PID reused by an unrelated
 //! process is never signalled. A zombie counts as gone: it has exited and holds nothing but a
-//! process-table entry until its parent (or init) reaps it.
+//! process-table entry. So that the entries do not pile up either (init in a container may never
+//! reap them), [`kill_tree`] makes the test process a child subreaper: the killed server's
+//! orphans are handed to it, and it reaps them.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -20,7 +22,11 @@ use std::{
 };
 
 use nix::{
-    sys::signal::{Signal, kill},
+    sys::{
+        prctl::set_child_subreaper,
+        signal::{Signal, kill},
+        wait::{WaitPidFlag, waitpid},
+    },
     unistd::Pid,
 };
 
@@ -153,10 +159,27 @@ fn is_stopped_or_gone(process: &ProcessInfo) -> bool {
     }
 }
 
+/// Reap `process` if it is a zombie child of this process, then tell whether it is finished with:
+/// gone, replaced, or a zombie that is not ours to reap and whose parent is not a member of the
+/// tree being killed (a dying member hands its zombies to us).
+fn reaped(process: &ProcessInfo, members: &BTreeSet<i32>) -> bool {
+    let _ = waitpid(Pid::from_raw(process.pid), Some(WaitPidFlag::WNOHANG));
+    let me = i32::try_from(std::process::id()).unwrap_or_default();
+    match ProcessInfo::read(process.pid) {
+        Some(now) if now.start_ticks == process.start_ticks => {
+            now.state == 'Z' && now.ppid != me && !members.contains(&now.ppid)
+        }
+        _ => true,
+    }
+}
+
 /// Stop `child` and all its descendants: freeze the tree, SIGKILL every member, reap `child` and
-/// wait until every member is gone. Returns the members still alive at the deadline (empty on
-/// success); callers in `Drop` ignore it, the leak test asserts on it.
+/// the members handed to this process, and wait until every member is gone. Returns the members
+/// still alive at the deadline (empty on success); callers in `Drop` ignore it, the leak test
+/// asserts on it.
 pub fn kill_tree(child: &mut Child, deadline: Duration) -> Vec<ProcessInfo> {
+    // Orphans of the killed tree come to us instead of init, so we can reap them.
+    let _ = set_child_subreaper(true);
     if child.try_wait().ok().flatten().is_some() {
         // Already exited and reaped: its descendants (if any) were reparented and are out of
         // reach by parentage. Servers here do not detach, so there is nothing to find.
@@ -191,7 +214,9 @@ pub fn kill_tree(child: &mut Child, deadline: Duration) -> Vec<ProcessInfo> {
     }
     let _ = child.kill();
     let _ = child.wait();
-    wait_for(&members, deadline, |p| !p.is_alive())
+    let pids: BTreeSet<i32> = members.iter().map(|p| p.pid).collect();
+    let _ = wait_for(&members, deadline, |p| reaped(p, &pids));
+    members.into_iter().filter(ProcessInfo::is_alive).collect()
 }
 
 #[cfg(test)]
