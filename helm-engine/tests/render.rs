@@ -12,8 +12,14 @@ fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The charts this crate keeps for its tests (`tests/fixtures/`, see its README).
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// A chart with a helper template, values and a subchart: `tests/fixtures/sleeper`.
+fn sleeper() -> PathBuf {
+    fixtures().join("sleeper")
 }
 
 fn library() -> PathBuf {
@@ -45,26 +51,29 @@ fn chart(templates: &[(&str, &str)]) -> tempfile::TempDir {
 }
 
 #[test]
-fn renders_the_signtest_fixture_pod() {
-    let dir = fixtures().join("helm/helm-testdata/signtest-dir");
+fn renders_the_fixture_chart_with_its_subchart() {
     let rendered =
-        renderer().render(&RenderRequest::new(&dir, "signed", "team-a")).expect("render");
-    assert!(
-        rendered.manifests.contains_key("signtest/templates/pod.yaml"),
-        "{:?}",
-        rendered.manifests.keys()
-    );
+        renderer().render(&RenderRequest::new(sleeper(), "nap", "team-a")).expect("render");
+    for template in ["sleeper/templates/pod.yaml", "sleeper/charts/labels/templates/configmap.yaml"]
+    {
+        assert!(rendered.manifests.contains_key(template), "{:?}", rendered.manifests.keys());
+    }
     let docs = rendered.documents().expect("documents");
     let pods: Vec<_> = docs.iter().filter(|d| d.kind() == "Pod").collect();
     assert_eq!(pods.len(), 1, "{docs:?}");
     let pod = &pods[0].object;
     assert_eq!(pod["apiVersion"], "v1");
-    assert_eq!(pod["metadata"]["name"], "signtest");
+    assert_eq!(pod["metadata"]["name"], "sleeper", "the name comes from the helper template");
     assert_eq!(pod["spec"]["restartPolicy"], "Never");
     let container = &pod["spec"]["containers"][0];
     assert_eq!(container["name"], "waiter");
-    assert_eq!(container["image"], "alpine:3.3");
+    assert_eq!(container["image"], "busybox:1.36");
     assert_eq!(container["command"], serde_json::json!(["/bin/sleep", "9000"]));
+    // The subchart renders once, with the value its parent sets for it.
+    let maps: Vec<_> = docs.iter().filter(|d| d.kind() == "ConfigMap").collect();
+    assert_eq!(maps.len(), 1, "{docs:?}");
+    assert_eq!(maps[0].object["metadata"]["name"], "nap-labels");
+    assert_eq!(maps[0].object["data"], serde_json::json!({"team": "platform"}));
 }
 
 #[test]
@@ -122,7 +131,7 @@ fn missing_chart_is_an_engine_error() {
 
 #[test]
 fn invalid_values_are_refused_before_spawning() {
-    let dir = fixtures().join("helm/helm-testdata/signtest-dir");
+    let dir = sleeper();
     let err = renderer()
         .render(&RenderRequest::new(&dir, "r", "ns").with_values(serde_json::json!("text")))
         .expect_err("must fail");
@@ -131,7 +140,7 @@ fn invalid_values_are_refused_before_spawning() {
 
 #[test]
 fn time_limit_kills_the_helper() {
-    let dir = fixtures().join("helm/helm-testdata/signtest-dir");
+    let dir = sleeper();
     // Starting a Go runtime and mapping an 85 MB library takes far longer than a millisecond.
     let env = RenderEnv { timeout: Duration::from_millis(1), ..RenderEnv::default() };
     let err =
@@ -161,7 +170,7 @@ fn output_cap_is_enforced() {
 
 #[test]
 fn helper_refuses_to_load_the_engine_without_its_environment() {
-    let dir = fixtures().join("helm/helm-testdata/signtest-dir");
+    let dir = sleeper();
     let mut child = Command::new(env!("CARGO_BIN_EXE_ksync-helm-render"))
         .env_clear()
         .env("KSYNC_LIBHELM", library())

@@ -94,7 +94,8 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// A running `kuvryn-sync-controller`, killed on drop.
+/// A running `kuvryn-sync-controller`, killed on drop together with any process it started
+/// (render helpers, `git`, `ssh`).
 #[derive(Debug)]
 pub struct ControllerProcess {
     child: Child,
@@ -157,7 +158,6 @@ impl ControllerProcess {
 
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = crate::process_tree::kill_tree(&mut self.child, crate::process_tree::STOP_DEADLINE);
     }
 }

@@ -2,4 +2,5 @@
 
 pub mod cluster;
 pub mod helm;
+pub mod process_tree;
 pub mod servers;

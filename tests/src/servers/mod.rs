@@ -1,6 +1,7 @@
 //! Real servers for end-to-end tests, started in the foreground on free loopback ports, waited for
-//! with a deadline and stopped by PID on drop: `git daemon`, lighttpd + `git http-backend` over
-//! https with basic auth, and OpenSSH `sshd`. Plus bare repositories built with the real `git`.
+//! with a deadline and stopped on drop together with every process they started
+//! ([`crate::process_tree`]): `git-daemon`, lighttpd + `git http-backend` over https with basic
+//! auth, and OpenSSH `sshd`. Plus bare repositories built with the real `git`.
 //!
 //! The tools come from Debian packages (`lighttpd lighttpd-mod-openssl openssh-server
 //! apache2-utils`), installed by `scripts/test`; a missing tool fails with a message saying so.
@@ -18,6 +19,8 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+
+use crate::process_tree::{ProcessInfo, STOP_DEADLINE, kill_tree};
 
 pub use git_daemon::GitDaemon;
 pub use https::HttpsGit;
@@ -51,7 +54,8 @@ pub fn require_program(program: &str, package: &str) -> Result<PathBuf> {
     bail!("{program} is missing: install the Debian package {package} (scripts/test does)")
 }
 
-/// A server process, killed by PID and reaped on drop.
+/// A server process; on drop it and all its descendants are killed and waited for, whether the
+/// test passed or failed (a panic unwinds through this destructor).
 #[derive(Debug)]
 pub struct ServerProcess {
     name: String,
@@ -73,6 +77,12 @@ impl ServerProcess {
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Kill the server and everything it started now; returns the processes still alive at the
+    /// deadline (empty on success).
+    pub fn stop(&mut self) -> Vec<ProcessInfo> {
+        kill_tree(&mut self.child, STOP_DEADLINE)
     }
 
     /// Wait until `addr` accepts TCP connections, failing early when the process exits and at
@@ -109,8 +119,7 @@ impl ServerProcess {
 
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.stop();
     }
 }
 
