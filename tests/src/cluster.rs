@@ -19,7 +19,7 @@ pub const REAL_CLUSTER_ENV: &str = "KSYNC_E2E_KUBECONFIG";
 
 /// The API server the tests talk to.
 pub struct TestCluster {
-    _sandbox: Option<Sandbox>,
+    sandbox: Option<Sandbox>,
     kubeconfig: PathBuf,
     client: kube::Client,
 }
@@ -40,9 +40,14 @@ impl TestCluster {
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await?;
         let client = kube::Client::try_from(config)?;
-        let cluster = TestCluster { _sandbox: sandbox, kubeconfig, client };
+        let cluster = TestCluster { sandbox, kubeconfig, client };
         cluster.install_crds().await?;
         Ok(cluster)
+    }
+
+    /// The in-process sandbox, or `None` against a real cluster.
+    pub fn sandbox(&self) -> Option<&Sandbox> {
+        self.sandbox.as_ref()
     }
 
     /// An admin client.

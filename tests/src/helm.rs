@@ -100,8 +100,17 @@ impl ChartRender {
 
 /// Renders the chart at `chart` as release [`RELEASE`] in [`NAMESPACE`] with these values.
 pub fn render_chart_at(chart: &Path, values: serde_json::Value) -> Result<ChartRender, HelmError> {
+    render_chart_in(chart, NAMESPACE, values)
+}
+
+/// Renders the chart at `chart` as release [`RELEASE`] in `namespace` with these values.
+pub fn render_chart_in(
+    chart: &Path,
+    namespace: &str,
+    values: serde_json::Value,
+) -> Result<ChartRender, HelmError> {
     let rendered =
-        renderer().render(&RenderRequest::new(chart, RELEASE, NAMESPACE).with_values(values))?;
+        renderer().render(&RenderRequest::new(chart, RELEASE, namespace).with_values(values))?;
     let docs = rendered.documents()?;
     Ok(ChartRender { manifests: rendered.manifests, docs })
 }
@@ -109,4 +118,40 @@ pub fn render_chart_at(chart: &Path, values: serde_json::Value) -> Result<ChartR
 /// Renders this repository's `charts/kuvryn-sync` with these values.
 pub fn render_chart(values: serde_json::Value) -> Result<ChartRender, HelmError> {
     render_chart_at(&chart_dir(), values)
+}
+
+/// Every admission path the chart knows how to register a webhook configuration for.
+pub const ADMISSION_PATHS: [&str; 2] = ["/validate/healthchecks", "/admit/applications"];
+
+/// The helper in `_helpers.tpl` that lists the served admission paths, as shipped.
+const SERVED_PATHS_HELPER: &str =
+    "{{- define \"kuvryn-sync.webhook.servedAdmissionPaths\" -}}\n[]\n{{- end }}";
+
+/// A copy of this repository's chart, in a temporary directory, that declares every admission
+/// path of [`ADMISSION_PATHS`] served: what the chart will render once the webhook serves them.
+pub fn chart_declaring_all_admission_paths_served() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("kuvryn-sync");
+    copy_dir(&chart_dir(), &chart);
+    let helpers_path = chart.join("templates/_helpers.tpl");
+    let helpers = std::fs::read_to_string(&helpers_path).expect("read _helpers.tpl");
+    assert!(helpers.contains(SERVED_PATHS_HELPER), "the served-paths helper is as expected");
+    let all = serde_json::to_string(&ADMISSION_PATHS).expect("json");
+    let served = SERVED_PATHS_HELPER.replace("\n[]\n", &format!("\n{all}\n"));
+    std::fs::write(&helpers_path, helpers.replace(SERVED_PATHS_HELPER, &served)).expect("write");
+    (dir, chart)
+}
+
+/// Copy a directory tree.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
 }

@@ -1,12 +1,19 @@
 //! The Helm chart `charts/kuvryn-sync`, rendered by the real Helm engine (libhelm_c.so) in each
 //! certificate mode, asserted on the parsed objects.
+//!
+//! The chart registers an admission webhook only for a path the webhook serves. The webhook
+//! configurations' own wiring (CA bundles, cert-manager injection, rules) is tested on a copy of
+//! the chart that declares both admission paths served, as the chart will once the handlers exist.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use kuvryn_sync_helm::HelmError;
-use kuvryn_sync_tests::helm::{ChartRender, NAMESPACE, chart_dir, render_chart, render_chart_at};
+use kuvryn_sync_tests::helm::{
+    ADMISSION_PATHS, ChartRender, NAMESPACE, chart_declaring_all_admission_paths_served, chart_dir,
+    copy_dir, render_chart, render_chart_at,
+};
 use serde_json::{Value, json};
 use x509_parser::prelude::*;
 
@@ -15,6 +22,22 @@ const WEBHOOK: &str = "kuvryn-sync-webhook";
 const WEBHOOK_TLS_SECRET: &str = "kuvryn-sync-webhook-tls";
 const VALIDATING: &str = "kuvryn-sync-healthchecks";
 const MUTATING: &str = "kuvryn-sync-applications";
+
+/// Render a copy of the chart that declares every admission path served.
+fn render_serving_admission(values: Value) -> ChartRender {
+    let (_dir, chart) = chart_declaring_all_admission_paths_served();
+    render_chart_at(&chart, values).unwrap_or_else(|e| panic!("chart render failed: {e}"))
+}
+
+/// The admission paths the render registers a webhook configuration for.
+fn registered_paths(r: &ChartRender) -> BTreeSet<String> {
+    ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"]
+        .into_iter()
+        .flat_map(|kind| r.of_kind(kind))
+        .flat_map(|cfg| cfg["webhooks"].as_array().cloned().unwrap_or_default())
+        .map(|hook| hook["clientConfig"]["service"]["path"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
 
 fn render(values: Value) -> ChartRender {
     render_chart(values).unwrap_or_else(|e| panic!("chart render failed: {e}"))
@@ -36,11 +59,10 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
     pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
 }
 
-const COMMON_KINDS: [(&str, usize); 8] = [
+const COMMON_KINDS: [(&str, usize); 7] = [
     ("ClusterRole", 2),
     ("ClusterRoleBinding", 2),
     ("Deployment", 2),
-    ("MutatingWebhookConfiguration", 1),
     ("Role", 1),
     ("RoleBinding", 1),
     ("Service", 1),
@@ -49,7 +71,6 @@ const COMMON_KINDS: [(&str, usize); 8] = [
 
 fn with_common(extra: &[(&str, usize)]) -> BTreeMap<String, usize> {
     let mut all = counts(&COMMON_KINDS);
-    all.insert("ValidatingWebhookConfiguration".to_owned(), 1);
     for (k, n) in extra {
         all.insert((*k).to_owned(), *n);
     }
@@ -397,7 +418,7 @@ fn chart_rbac_is_exact_and_least_privilege() {
 
 #[test]
 fn chart_webhook_configurations_and_service() {
-    let r = render(json!({}));
+    let r = render_serving_admission(json!({}));
     let validating = &r.get("ValidatingWebhookConfiguration", VALIDATING)["webhooks"];
     let mutating = &r.get("MutatingWebhookConfiguration", MUTATING)["webhooks"];
     assert_eq!(validating.as_array().map(Vec::len), Some(1));
@@ -440,7 +461,7 @@ fn chart_webhook_configurations_and_service() {
 
 #[test]
 fn chart_generated_mode_ca_bundle_is_the_pem_ca_of_the_serving_certificate() {
-    let r = render(mode("generated"));
+    let r = render_serving_admission(mode("generated"));
     let bundles: Vec<String> = webhook_client_configs(&r)
         .into_iter()
         .map(|(name, cc)| {
@@ -479,7 +500,7 @@ fn chart_generated_mode_ca_bundle_is_the_pem_ca_of_the_serving_certificate() {
     assert!(sans.contains(&format!("{WEBHOOK}.{NAMESPACE}.svc.cluster.local")), "{sans:?}");
 
     // Each install generates its own CA.
-    let again = render(mode("generated"));
+    let again = render_serving_admission(mode("generated"));
     assert_ne!(
         webhook_client_configs(&again)[0].1["caBundle"],
         json!(bundles[0]),
@@ -490,12 +511,13 @@ fn chart_generated_mode_ca_bundle_is_the_pem_ca_of_the_serving_certificate() {
 #[test]
 fn chart_provided_mode_uses_the_given_secret_and_ca_bundle() {
     // A real PEM CA: the one the generated mode makes.
-    let generated = render(mode("generated"));
+    let generated = render_serving_admission(mode("generated"));
     let ca_bundle =
         webhook_client_configs(&generated)[0].1["caBundle"].as_str().expect("caBundle").to_owned();
-    let r = render(json!({"webhook": {"certificates": {
-        "mode": "provided", "existingSecret": "my-webhook-tls", "caBundle": ca_bundle}}}));
-    assert_eq!(kind_counts(&r), with_common(&[]), "no Secret or cert-manager objects");
+    let values = json!({"webhook": {"certificates": {
+        "mode": "provided", "existingSecret": "my-webhook-tls", "caBundle": ca_bundle}}});
+    assert_eq!(kind_counts(&render(values.clone())), with_common(&[]), "no Secret or cert-manager");
+    let r = render_serving_admission(values);
     for (name, cc) in webhook_client_configs(&r) {
         assert_eq!(cc["caBundle"].as_str(), Some(ca_bundle.as_str()), "{name}");
     }
@@ -520,8 +542,11 @@ fn chart_provided_mode_without_its_values_fails_with_a_clear_message() {
 
 #[test]
 fn chart_cert_manager_mode_issues_and_injects_the_ca() {
-    let r = render(mode("cert-manager"));
-    assert_eq!(kind_counts(&r), with_common(&[("Certificate", 2), ("Issuer", 2)]));
+    let r = render_serving_admission(mode("cert-manager"));
+    assert_eq!(
+        kind_counts(&render(mode("cert-manager"))),
+        with_common(&[("Certificate", 2), ("Issuer", 2)])
+    );
     let serving = r.get("Certificate", WEBHOOK);
     assert_eq!(serving["apiVersion"], "cert-manager.io/v1");
     assert_eq!(serving["spec"]["secretName"], WEBHOOK_TLS_SECRET);
@@ -589,19 +614,6 @@ fn chart_metrics_services_are_optional() {
     }
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let target = to.join(entry.file_name());
-        if entry.file_type().expect("file type").is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).expect("copy");
-        }
-    }
-}
-
 #[test]
 fn chart_crds_directory_is_not_templated() {
     // The real chart: nothing from crds/ in the render, and no CRD objects.
@@ -627,4 +639,22 @@ fn chart_crds_directory_is_not_templated() {
     assert!(copy.manifests.keys().all(|k| !k.contains("/crds/")), "{:?}", copy.manifests.keys());
     assert!(copy.of_kind("CustomResourceDefinition").is_empty());
     assert_eq!(kind_counts(&copy), kind_counts(&r));
+}
+
+#[test]
+fn chart_registers_exactly_the_admission_paths_the_webhook_serves() {
+    let served: BTreeSet<String> =
+        kuvryn_sync_webhook::routes::admission_paths().map(str::to_owned).collect();
+    for values in [json!({}), mode("generated"), mode("cert-manager")] {
+        let r = render(values.clone());
+        assert_eq!(
+            registered_paths(&r),
+            served,
+            "the chart registers exactly the admission paths the webhook serves ({values})"
+        );
+    }
+    // The check sees configurations when the chart has them: the copy that declares every path
+    // served registers both, which the webhook does not serve yet.
+    let all: BTreeSet<String> = ADMISSION_PATHS.iter().map(|p| (*p).to_owned()).collect();
+    assert_eq!(registered_paths(&render_serving_admission(json!({}))), all);
 }
