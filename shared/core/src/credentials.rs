@@ -90,6 +90,18 @@ pub enum GitAuth {
     Ssh(SshAuth),
 }
 
+impl GitAuth {
+    /// A redactor masking this credential's secret value (password, token or private key): the
+    /// one place that says what of a Git credential is secret.
+    pub fn redactor(&self) -> Redactor {
+        let secret = match self {
+            GitAuth::Basic(basic) => basic.password.expose_secret(),
+            GitAuth::Ssh(ssh) => ssh.private_key.expose_secret(),
+        };
+        Redactor::new().with_secret(secret)
+    }
+}
+
 /// Credentials read from one labelled Secret.
 #[derive(Clone, Debug)]
 pub struct GitCredentials {
@@ -378,11 +390,7 @@ impl GitCredentials {
     /// A redactor masking every secret value of the Secret (password, token, private key and
     /// the values of keys this module does not know), with their base64 forms.
     pub fn redactor(&self) -> Redactor {
-        let mut redactor = Redactor::new();
-        match &self.auth {
-            GitAuth::Basic(basic) => redactor.add_secret(basic.password.expose_secret()),
-            GitAuth::Ssh(ssh) => redactor.add_secret(ssh.private_key.expose_secret()),
-        }
+        let mut redactor = self.auth.redactor();
         for value in &self.other_values {
             redactor.add_secret(value.expose_secret());
         }

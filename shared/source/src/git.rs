@@ -34,8 +34,6 @@ use std::{
     time::Duration,
 };
 
-use secrecy::ExposeSecret;
-
 use kuvryn_sync_api::FailureReason;
 use kuvryn_sync_core::redact::Redactor;
 
@@ -82,13 +80,7 @@ impl FetchRequest {
 
     /// A redactor that masks this request's credential values.
     pub fn redactor(&self) -> Redactor {
-        let mut redactor = Redactor::new();
-        match &self.credentials {
-            Some(GitAuth::Basic(basic)) => redactor.add_secret(basic.password.expose_secret()),
-            Some(GitAuth::Ssh(ssh)) => redactor.add_secret(ssh.private_key.expose_secret()),
-            None => {}
-        }
-        redactor
+        self.credentials.as_ref().map(GitAuth::redactor).unwrap_or_default()
     }
 }
 
