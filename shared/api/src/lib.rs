@@ -11,6 +11,7 @@ pub mod healthcheck;
 pub mod imagepolicy;
 pub mod names;
 pub mod notification;
+mod reference;
 pub mod repository;
 pub mod revision;
 
@@ -20,6 +21,7 @@ pub use healthcheck::*;
 pub use imagepolicy::*;
 pub use names::*;
 pub use notification::*;
+pub use reference::reference_markdown;
 pub use repository::*;
 pub use revision::*;
 
@@ -65,7 +67,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     for crd in &mut crds {
         describe_object_envelope(crd);
         for version in &mut crd.spec.versions {
-            if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut())
+            if let Some(schema) =
+                version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut())
             {
                 reflow_descriptions(schema);
             }
@@ -88,7 +91,9 @@ fn reflow_descriptions(schema: &mut JSONSchemaProps) {
     }
     match schema.items.as_mut() {
         Some(JSONSchemaPropsOrArray::Schema(item)) => reflow_descriptions(item),
-        Some(JSONSchemaPropsOrArray::Schemas(items)) => items.iter_mut().for_each(reflow_descriptions),
+        Some(JSONSchemaPropsOrArray::Schemas(items)) => {
+            items.iter_mut().for_each(reflow_descriptions)
+        }
         None => {}
     }
     if let Some(JSONSchemaPropsOrBool::Schema(extra)) = schema.additional_properties.as_mut() {
