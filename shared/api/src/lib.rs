@@ -121,8 +121,9 @@ fn describe_object_envelope(crd: &mut CustomResourceDefinition) {
                 "apiVersion",
                 "string",
                 format!(
-                    "API group and version this object is written in, `{api_version}` for a \
-                     {kind}. The API server uses it to pick the schema that decodes the object."
+                    "API group and version this object is written in, `{api_version}` for \
+                     {kind} objects. The API server uses it to pick the schema that decodes the \
+                     object."
                 ),
             ),
             (

@@ -5,8 +5,8 @@
 use kube_core::CustomResourceExt;
 use kube_core::cel::Validator;
 use kuvryn_sync_api::{
-    Application, DURATION_PATTERN, HealthCheck, ImagePolicy, NotificationSink, RELEASE_NAME_PATTERN,
-    Repository, Revision, crds,
+    Application, DURATION_PATTERN, HealthCheck, ImagePolicy, NotificationSink,
+    RELEASE_NAME_PATTERN, Repository, Revision, crds,
 };
 use regex::Regex;
 use serde_json::{Value, json};
@@ -445,8 +445,9 @@ fn every_duration_field_carries_the_grammar() {
 fn the_duration_pattern_accepts_exactly_the_grammar() {
     let pattern = Regex::new(DURATION_PATTERN).expect("pattern compiles");
     let good = ["90s", "5m", "1h30m", "1.5m", "500ms", "1h", "0s", "2h45m30s", "1m500ms", "10.25s"];
-    let bad =
-        ["", "5", "5d", "-5s", "5 s", " 5s", "5s ", "1.s", ".5s", "5S", "1h 30m", "5ms5", "s", "1w"];
+    let bad = [
+        "", "5", "5d", "-5s", "5 s", " 5s", "5s ", "1.s", ".5s", "5S", "1h 30m", "5ms5", "s", "1w",
+    ];
     for text in good {
         assert!(pattern.is_match(text), "{text:?} is a duration");
     }
