@@ -22,6 +22,16 @@ enum Command {
     /// Generate a CA and a serving certificate signed by it, as PEM files
     /// (ca.crt, ca.key, tls.crt, tls.key).
     Certs(CertsArgs),
+    /// Print generated documentation.
+    #[command(subcommand)]
+    Docs(DocsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DocsCommand {
+    /// Print the Markdown API reference (`docs/api.md`): every kind and every field with its
+    /// type, default, validation and description, generated from the CRD schemas.
+    Api,
 }
 
 #[derive(Debug, clap::Args)]
@@ -56,6 +66,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Crds => {
             let yaml = kuvryn_sync_api::crds_yaml()?;
             std::io::stdout().lock().write_all(yaml.as_bytes())?;
+        }
+        Command::Docs(DocsCommand::Api) => {
+            let markdown = kuvryn_sync_api::reference_markdown();
+            std::io::stdout().lock().write_all(markdown.as_bytes())?;
         }
         Command::Certs(args) => {
             let request = kuvryn_sync_certs::CertRequest {

@@ -102,7 +102,17 @@ pub fn gv_document(resources: &[ResourceInfo], group: &str, version: &str) -> Op
                 || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
             );
             if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
-                props.insert("metadata".into(), json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}));
+                // As the API server publishes it: ObjectMeta under `allOf`, so the property
+                // keeps a description (the CRD's own, when it has one).
+                let description = props
+                    .get("metadata")
+                    .and_then(|m| m["description"].as_str())
+                    .unwrap_or("Standard object metadata: name, namespace, labels, annotations and the fields the API server maintains.")
+                    .to_owned();
+                props.insert("metadata".into(), json!({
+                    "description": description,
+                    "allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}],
+                }));
                 props.entry("apiVersion").or_insert(json!({"type": "string"}));
                 props.entry("kind").or_insert(json!({"type": "string"}));
             }

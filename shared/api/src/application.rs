@@ -28,7 +28,9 @@ pub const MAX_RELEASE_NAME: usize = 53;
 pub const RELEASE_NAME_PATTERN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
-/// Application is the main deployment abstraction.
+/// ApplicationSpec is the desired state of an Application: where its manifests come from and how
+/// they are rendered, which namespace they go to, and when and how Kuvryn Sync applies, prunes and
+/// rolls them back.
 #[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[kube(
@@ -58,58 +60,70 @@ pub const RELEASE_NAME_PATTERN: &str =
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationSpec {
-    /// Service account Kuvryn Sync impersonates for this Application.
+    /// Service account, in the Application's namespace, that Kuvryn Sync impersonates to read,
+    /// apply and delete this Application's resources. When empty, the controller's
+    /// `--default-service-account` is used; with neither, the Application fails with
+    /// ServiceAccountRequired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Where the desired state comes from and how it is rendered.
+    /// Where the desired state comes from (a Repository, a revision and a path) and how it is
+    /// rendered into Kubernetes manifests.
     pub source: ApplicationSource,
-    /// Where namespaced desired resources go.
+    /// Where the rendered resources are deployed.
     pub destination: Destination,
-    /// Sync behaviour.
+    /// When and how changes are applied: automatically or after approval, whether removed resources
+    /// are pruned, whether live drift is corrected, and what happens when another field manager
+    /// owns a field.
     #[serde(default)]
     pub sync: SyncPolicy,
-    /// Deployment strategy.
+    /// How a new revision is rolled out and what happens when the rollout fails.
     #[serde(default)]
     pub strategy: Strategy,
-    /// Health observation.
+    /// How long a rollout may wait for its resources to become Healthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthPolicy>,
-    /// Revision history.
+    /// How many Revision objects of this Application are kept for audit and rollback.
     #[serde(default)]
     pub history: History,
-    /// What happens to managed resources when the Application is deleted.
+    /// What happens to managed resources when the Application is deleted: `Orphan` (default) leaves
+    /// them running; `DeleteManagedResources` deletes them, except high-risk kinds and objects
+    /// annotated `sync.kuvryn.io/prune: disabled`.
     #[serde(default)]
     pub deletion_policy: DeletionPolicy,
-    /// Stop mutations while retaining status.
+    /// When true, Kuvryn Sync makes no changes to the cluster for this Application (nothing is
+    /// applied, pruned or repaired) but keeps updating its status. Defaults to false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
-    /// SOPS decryption of desired state.
+    /// Decrypt SOPS-encrypted files in the desired state before they are rendered and applied. When
+    /// unset, files are used as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decryption: Option<Decryption>,
-    /// Applications in the same namespace that must be Healthy at their desired revision first.
+    /// Applications in the same namespace that must be Healthy at their desired revision before
+    /// this one is planned and applied; at most 64. A cycle is reported as DependenciesReady=False
+    /// with reason DependencyCycle.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub depends_on: Vec<LocalObjectReference>,
-    /// Notification subscriptions.
+    /// Which NotificationSinks to notify, and for which lifecycle events; at most 16 subscriptions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub notifications: Vec<NotificationSubscription>,
 }
 
-/// `spec.source`.
+/// `spec.source`: where the desired state comes from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationSource {
-    /// Repository in the same namespace.
+    /// The Repository, in the Application's namespace, that holds the desired state.
     pub repository_ref: LocalObjectReference,
-    /// Branch, tag, or commit. Defaults to the Repository revision.
+    /// Branch, tag or commit to deploy. Defaults to the Repository's `spec.git.revision`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
-    /// Repository-relative desired-state path.
+    /// Directory holding the desired state, relative to the repository root. Empty means the root.
     #[serde(default)]
     pub path: String,
-    /// Renderer configuration.
+    /// How the files at `path` are turned into Kubernetes manifests.
     pub render: Render,
 }
 
@@ -119,10 +133,11 @@ pub struct ApplicationSource {
 #[x_kube(validation = Rule::new("self.type == 'helm' || !has(self.helm)").message("render.helm may only be set when render.type is helm"))]
 #[serde(rename_all = "camelCase")]
 pub struct Render {
-    /// yaml, kustomize, or helm.
+    /// Renderer: `yaml` applies the YAML files as they are, `kustomize` runs a Kustomize build,
+    /// `helm` renders a Helm chart.
     #[serde(rename = "type")]
     pub render_type: RenderType,
-    /// Helm options, for `type: helm`.
+    /// Helm options; allowed only when `type` is helm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub helm: Option<HelmRender>,
 }
@@ -149,27 +164,30 @@ fn default_release_name() -> String {
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct HelmRender {
-    /// Helm release name: a lowercase DNS subdomain of at most 53 characters. Kept as a plain
-    /// string in Rust so an Application stored before the schema rule still decodes and can be
-    /// reported with `ValidationFailure`.
+    /// Release name the chart is rendered with (`.Release.Name` in templates). Defaults to
+    /// kuvryn-sync. As in Helm, it must be a lowercase DNS subdomain (lowercase letters, digits,
+    /// `-` and `.`, each dot-separated part starting and ending with a letter or digit) of at most
+    /// 53 characters.
+    // A plain string in Rust, so an Application stored before the schema rule still decodes and
+    // can be reported with ValidationFailure.
     #[serde(default = "default_release_name")]
-    #[schemars(
-        length(min = 1, max = 53),
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-    )]
+    #[schemars(length(min = 1, max = 53), regex(pattern = RELEASE_NAME_PATTERN))]
     pub release_name: String,
-    /// Repository-relative Helm values files.
+    /// Helm values files, as paths relative to the repository root, passed to Helm in the order
+    /// given; at most 32.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub values_files: Vec<String>,
-    /// A chart pulled from a Helm repository instead of the repository path.
+    /// Pull this chart from a Helm repository or OCI registry instead of rendering the chart at
+    /// `spec.source.path`. The archive's digest is recorded in the Revision's `status.chartDigest`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chart: Option<HelmChart>,
-    /// Values read from ConfigMaps or Secrets in the Application namespace.
+    /// Helm values read from ConfigMaps or Secrets in the Application's namespace, as the
+    /// Application's service account; at most 32. Values from Secrets are masked in plans.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub values_from: Vec<ValuesFrom>,
-    /// Inline values, merged last.
+    /// Inline Helm values, merged last, so they override values files and `valuesFrom`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "preserve_unknown_object")]
     pub values: Option<serde_json::Value>,
@@ -200,17 +218,19 @@ fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[serde(rename_all = "camelCase")]
 pub struct HelmChart {
-    /// An `https://` Helm repository or an `oci://` registry.
+    /// Where the chart is pulled from: an `https://` Helm repository URL or an `oci://` registry
+    /// reference.
     #[x_kube(validation = Rule::new("self.startsWith('https://') || self.startsWith('oci://')").message("chart repository must be an https:// Helm repository or an oci:// registry"))]
     #[schemars(length(min = 1, max = 2048))]
     pub repository: String,
-    /// Chart name.
+    /// Name of the chart in the repository.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-    /// Exact chart version.
+    /// Exact chart version to pull, such as `1.4.2`; not a range.
     #[schemars(length(min = 1, max = 128))]
     pub version: String,
-    /// username/password Secret labelled `sync.kuvryn.io/registry-credentials: "true"`.
+    /// Secret with `username` and `password` for the chart repository; it must be labelled
+    /// `sync.kuvryn.io/registry-credentials: "true"`. Omit for public charts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,
 }
@@ -219,11 +239,12 @@ pub struct HelmChart {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ValuesFrom {
-    /// ConfigMap or Secret.
+    /// Kind of the object holding the values: ConfigMap or Secret.
     pub kind: ValuesSourceKind,
-    /// Object name in the Application namespace.
+    /// Name of the ConfigMap or Secret, in the Application's namespace.
     pub name: String,
-    /// Data key holding YAML values.
+    /// Key of the object's data whose value is a YAML document of Helm values. Defaults to
+    /// values.yaml.
     #[serde(default = "default_values_key")]
     pub key: String,
 }
@@ -244,7 +265,8 @@ pub enum ValuesSourceKind {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Destination {
-    /// Namespace for namespaced desired resources.
+    /// Namespace for namespaced desired resources: those without a namespace are placed here, and
+    /// those naming another namespace are rejected. Cluster-scoped resources keep no namespace.
     #[schemars(length(min = 1, max = 63))]
     pub namespace: String,
 }
@@ -253,16 +275,23 @@ pub struct Destination {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncPolicy {
-    /// Apply approved plans automatically.
+    /// When true, each new plan is applied as soon as it is built. When false (default), a plan
+    /// waits in AwaitingApproval until someone approves it.
     #[serde(default)]
     pub automatic: bool,
-    /// Delete previously managed resources removed from desired state.
+    /// When true, resources this Application applied before but no longer declares are deleted.
+    /// High-risk kinds (Namespaces, CustomResourceDefinitions, PersistentVolumes,
+    /// PersistentVolumeClaims, Secrets) and objects annotated `sync.kuvryn.io/prune: disabled` are
+    /// never pruned. Defaults to false.
     #[serde(default)]
     pub prune: bool,
-    /// Correct managed live drift.
+    /// When true, changes made in the cluster to managed fields are reverted to the desired state.
+    /// When false (default), such drift is only reported, as sync state Drifted.
     #[serde(default)]
     pub self_heal: bool,
-    /// What to do on Server-Side Apply ownership conflicts.
+    /// What to do when Server-Side Apply reports a field owned by another field manager: `fail`
+    /// (default) stops with ConflictFailure; `adopt` takes the field over and lists it, with its
+    /// previous manager, in the plan.
     #[serde(default)]
     pub conflict_policy: ConflictPolicy,
 }
@@ -282,10 +311,12 @@ pub enum ConflictPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Strategy {
-    /// Deployment strategy. v1alpha1 supports rolling semantics.
+    /// Rollout strategy. v1alpha1 has only `rolling` (the default): resources are applied wave by
+    /// wave, with hooks before and after.
     #[serde(default, rename = "type")]
     pub strategy_type: StrategyType,
-    /// What a failed rollout does.
+    /// What happens when a rollout fails, how long an attempt may take, and how many attempts a
+    /// desired revision gets.
     #[serde(default)]
     pub failure_policy: FailurePolicy,
 }
@@ -306,14 +337,21 @@ fn default_max_attempts() -> i32 {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FailurePolicy {
-    /// pause (default) or rollback.
+    /// What a failed rollout does: `pause` (default) stops at the failed Revision; `rollback`
+    /// returns to the previous healthy Revision and holds the failed one, or, when there is none,
+    /// behaves like pause.
     #[serde(default)]
     pub action: FailureAction,
-    /// Bounds failure/health observation, such as `5m`.
+    /// Upper bound on how long a rollout attempt is observed for failure or health before the
+    /// failure policy applies. A duration: one or more number-and-unit pairs with no spaces, the
+    /// unit ms, s, m or h and the number optionally with a decimal fraction, such as 500ms, 90s,
+    /// 1.5m or 1h30m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = crate::DURATION_PATTERN))]
     pub timeout: Option<String>,
-    /// Attempts a desired revision gets before retries stop with RetryBlocked.
+    /// How many attempts a desired revision gets before retries stop with RetryBlocked; 1 to 100,
+    /// default 1. Under `action: rollback` a failure rolls back at once, so this matters only when
+    /// there is no healthy Revision to return to or the rollback is abandoned.
     #[serde(default = "default_max_attempts")]
     #[schemars(range(min = 1, max = 100))]
     pub max_attempts: i32,
@@ -344,9 +382,13 @@ pub enum FailureAction {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthPolicy {
-    /// Health observation timeout, counted from the start of each rollout attempt.
+    /// How long the resources may take to become Healthy before the attempt fails with
+    /// TimeoutFailure, counted from the start of each rollout attempt: a retry, a redeployed
+    /// Revision and a self-heal repair each get the full time. A duration: one or more
+    /// number-and-unit pairs with no spaces, the unit ms, s, m or h and the number optionally with
+    /// a decimal fraction, such as 500ms, 90s, 1.5m or 1h30m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = crate::DURATION_PATTERN))]
     pub timeout: Option<String>,
 }
 
@@ -358,7 +400,8 @@ fn default_history_limit() -> i32 {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct History {
-    /// Maximum retained Revisions; held Revisions are never deleted and do not count.
+    /// How many Revisions of this Application are kept; older ones are deleted. 1 to 1000, default
+    /// 10. Revisions a rollback holds are never deleted and do not count.
     #[serde(default = "default_history_limit")]
     #[schemars(range(min = 1, max = 1000))]
     pub limit: i32,
@@ -384,10 +427,10 @@ pub enum DeletionPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Decryption {
-    /// Decryption provider.
+    /// Decryption tool. Only `sops` exists, with age keys.
     pub provider: DecryptionProvider,
-    /// Secret labelled `sync.kuvryn.io/decryption-key: "true"` whose `.agekey` entries hold age
-    /// private keys.
+    /// Secret whose `.agekey` entries hold the age private keys; it must be labelled
+    /// `sync.kuvryn.io/decryption-key: "true"`.
     pub secret_ref: LocalObjectReference,
 }
 
@@ -403,53 +446,63 @@ pub enum DecryptionProvider {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NotificationSubscription {
-    /// NotificationSink in the Application's namespace.
+    /// The NotificationSink, in the Application's namespace, to send to.
     pub sink_ref: LocalObjectReference,
-    /// Events to send.
+    /// Lifecycle events to send: any of AwaitingApproval, Healthy, Failed and RolledBack; 1 to 4.
     #[schemars(length(min = 1, max = 4))]
     pub events: Vec<NotificationEvent>,
 }
 
-/// Application status.
+/// ApplicationStatus is what Kuvryn Sync last observed and did for the Application: its sync and
+/// health states, the revisions it wants and runs, what it manages, why it is unhealthy, and its
+/// conditions. Written by the controller.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationStatus {
-    /// High-level health state.
+    /// Overall health of the Application in one word: Unknown, Progressing, Healthy, Degraded or
+    /// Suspended.
     #[serde(default)]
     pub state: HealthState,
-    /// Source revision Git asks Kuvryn Sync to run.
+    /// Source revision (commit) the Application's spec resolves to now: what Kuvryn Sync is working
+    /// to deploy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_revision: Option<String>,
-    /// Source revision currently deployed after rollback handling.
+    /// Source revision (commit) running in the cluster; after a rollback, the rollback target
+    /// rather than the desired revision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployed_revision: Option<String>,
-    /// The first 12 characters of `deployedRevision`, for kubectl's printer column (JSONPath
-    /// cannot shorten a string).
+    /// First 12 characters of `deployedRevision`, shown in the Revision column of `kubectl get`
+    /// (JSONPath cannot shorten a string).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployed_revision_short: Option<String>,
-    /// Service account Kuvryn Sync last impersonated for this Application.
+    /// Service account Kuvryn Sync last impersonated for this Application, as resolved from the
+    /// spec or the controller's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Sync state.
+    /// Whether the cluster matches the desired state, and what Kuvryn Sync is doing about it.
     #[serde(default)]
     pub sync: SyncStatus,
-    /// Health state.
+    /// Aggregated health of the managed resources; separate from the sync state.
     #[serde(default)]
     pub health: HealthStatus,
-    /// Kinds Kuvryn Sync last applied; used to prune and watch managed objects of any kind.
+    /// Kinds Kuvryn Sync last applied for this Application; used to find, prune and watch managed
+    /// objects of any kind.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub managed_kinds: Vec<ManagedKind>,
-    /// Bounded counts of resources by health.
+    /// How many managed resources are in each health state.
     #[serde(default)]
     pub resources: ResourceCounts,
-    /// Up to 10 root causes of unhealthy managed resources.
+    /// Up to 10 root causes of unhealthy managed resources, Degraded ones first; empty when the
+    /// Application is Healthy.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 10))]
     pub diagnosis: Vec<Diagnosis>,
-    /// Latest metadata.generation processed.
+    /// The `metadata.generation` this status was computed for; when it is behind
+    /// `metadata.generation`, the controller has not processed the latest spec change yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Kubernetes Conditions for reconciliation.
+    /// Standard Kubernetes conditions: Ready, DependenciesReady (with `spec.dependsOn`) and
+    /// NotificationsReady (with `spec.notifications`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Conditions,
 }
@@ -458,7 +511,8 @@ pub struct ApplicationStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncStatus {
-    /// Unknown, Synced, OutOfSync, Drifted, Planning, AwaitingApproval, Applying, or Pruning.
+    /// Sync state: Synced (the cluster matches), OutOfSync (the desired state changed), Drifted
+    /// (the cluster changed), Planning, AwaitingApproval, Applying, Pruning, or Unknown.
     #[serde(default)]
     pub state: SyncState,
     /// When the sync state last changed.
@@ -470,7 +524,7 @@ pub struct SyncStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthStatus {
-    /// Unknown, Progressing, Healthy, Degraded, or Suspended.
+    /// Aggregated health: Healthy, Progressing, Degraded, Suspended, or Unknown.
     #[serde(default)]
     pub state: HealthState,
     /// When the health state last changed.
@@ -484,11 +538,11 @@ pub struct HealthStatus {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ManagedKind {
-    /// `apiVersion`, such as `apps/v1`.
+    /// API group and version of the kind, such as `apps/v1`.
     pub api_version: String,
-    /// Kind.
+    /// Kind name, such as `Deployment`.
     pub kind: String,
-    /// Whether the kind is namespaced.
+    /// Whether objects of the kind live in a namespace; false for cluster-scoped kinds.
     #[serde(default)]
     pub namespaced: bool,
 }
@@ -497,16 +551,16 @@ pub struct ManagedKind {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceCounts {
-    /// Healthy resources.
+    /// Number of resources that are Healthy.
     #[serde(default)]
     pub healthy: i64,
-    /// Progressing resources.
+    /// Number of resources that are Progressing.
     #[serde(default)]
     pub progressing: i64,
-    /// Degraded resources.
+    /// Number of resources that are Degraded.
     #[serde(default)]
     pub degraded: i64,
-    /// Resources of unknown health.
+    /// Number of resources whose health is Unknown.
     #[serde(default)]
     pub unknown: i64,
 }
@@ -515,14 +569,16 @@ pub struct ResourceCounts {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Diagnosis {
-    /// The resource at the root of the failure.
+    /// The resource at the root of the failure, such as a missing Secret or a crashing Pod.
     pub resource: ResourceRef,
-    /// A CamelCase word naming the failure, such as MissingSecret.
+    /// A CamelCase word naming the failure, such as MissingSecret, ImagePullBackOff,
+    /// CrashLoopBackOff or Unschedulable.
     pub reason: String,
-    /// Redacted evidence, at most 512 characters.
+    /// Evidence for the failure with secret values removed; at most 512 characters.
     #[schemars(length(max = 512))]
     pub message: String,
-    /// Up to 10 resources, from the unhealthy managed resource down to `resource`.
+    /// The path from the unhealthy managed resource down to `resource`, both included; at most 10
+    /// resources.
     #[serde(default)]
     #[schemars(length(max = 10))]
     pub chain: Vec<ResourceRef>,

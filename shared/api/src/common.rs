@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 /// A reference to an object by name in the referrer's namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LocalObjectReference {
-    /// Name of the referenced object.
+    /// Name of the referenced object, in the namespace of the object that refers to it.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
 }
@@ -16,7 +16,7 @@ pub struct LocalObjectReference {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretReference {
-    /// The Secret.
+    /// The Secret, by name, in the same namespace as this object.
     pub secret_ref: LocalObjectReference,
 }
 
@@ -28,9 +28,9 @@ pub struct SecretReference {
 pub struct ResourceRef {
     /// `apiVersion` of the object, such as `apps/v1`.
     pub api_version: String,
-    /// Kind of the object.
+    /// Kind of the object, such as `Pod`.
     pub kind: String,
-    /// Namespace; empty for cluster-scoped objects.
+    /// Namespace of the object; empty for cluster-scoped objects.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
     /// Name of the object.

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::common::Conditions;
 
-/// HealthCheck is a cluster-scoped set of CEL rules that decides the health of one kind.
+/// HealthCheckSpec names a kind and the CEL rules that decide the health of its objects, for kinds
+/// whose status the standard conventions cannot describe.
 #[derive(CustomResource, JsonSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[kube(
     crates(kube_core = "::kube_core"),
@@ -23,13 +24,15 @@ use super::common::Conditions;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheckSpec {
-    /// API group of the kind; empty for the core group.
+    /// API group of the kind, such as `argoproj.io`; empty for the core group.
     #[serde(default)]
     pub group: String,
-    /// Kind the rules apply to.
+    /// Kind the rules apply to, such as `Rollout`.
     #[schemars(length(min = 1, max = 63))]
     pub kind: String,
-    /// Rules evaluated in order; the first true expression decides.
+    /// Rules evaluated in order, and across HealthChecks for the same kind in name order; the first
+    /// whose expression is true decides. When none matches, the standard status conventions apply.
+    /// 1 to 32 rules.
     #[schemars(length(min = 1, max = 32))]
     pub rules: Vec<HealthRule>,
 }
@@ -38,12 +41,14 @@ pub struct HealthCheckSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthRule {
-    /// CEL over the live object, `object`, returning a bool.
+    /// CEL expression over the live object, available as `object`, that returns a bool; guard
+    /// optional fields with `has()`. A rule that errors or exceeds its cost limit reports the
+    /// object as Progressing.
     #[schemars(length(min = 1, max = 4096))]
     pub expression: String,
-    /// State reported when the expression is true.
+    /// Health reported when the expression is true: Healthy, Progressing or Degraded.
     pub state: HealthRuleState,
-    /// Message reported with the state.
+    /// Message reported with the state; at most 1024 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub message: Option<String>,
@@ -58,14 +63,15 @@ pub enum HealthRuleState {
     Degraded,
 }
 
-/// HealthCheck status.
+/// HealthCheckStatus says whether the rules are valid. Written by the controller.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HealthCheckStatus {
-    /// Latest metadata.generation processed.
+    /// The `metadata.generation` this status was computed for; when it is behind
+    /// `metadata.generation`, the controller has not processed the latest spec change yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Ready reports whether every rule compiles and returns a bool.
+    /// Standard Kubernetes conditions: Ready says whether every rule compiles and returns a bool.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Conditions,
 }

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use super::common::LocalObjectReference;
 
-/// NotificationSink is a namespaced destination for Application lifecycle notifications. It has
-/// no status: a missing sink or invalid Secret is reported on the Application.
+/// NotificationSinkSpec says how notifications are delivered and which Secret holds the address and
+/// key. A NotificationSink has no status: a missing sink or invalid Secret is reported on the
+/// Application as NotificationsReady=False.
 #[derive(CustomResource, JsonSchema, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[kube(
     crates(kube_core = "::kube_core"),
@@ -23,10 +24,12 @@ use super::common::LocalObjectReference;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NotificationSinkSpec {
-    /// webhook (a JSON body signed with HMAC-SHA256) or slack (a Slack incoming webhook).
+    /// How notifications are delivered: `webhook` posts a JSON body signed with HMAC-SHA256;
+    /// `slack` posts to a Slack incoming webhook.
     #[serde(rename = "type")]
     pub sink_type: SinkType,
-    /// Secret holding `url` (https) and, for webhook sinks, `hmacKey`.
+    /// Secret, in the sink's namespace, holding `url` (the https address to post to) and, for
+    /// webhook sinks, `hmacKey` (the signing key).
     pub secret_ref: LocalObjectReference,
 }
 

@@ -14,7 +14,9 @@ fn default_application_config_paths() -> Vec<String> {
     vec![DEFAULT_APPLICATION_CONFIG_PATH.to_owned()]
 }
 
-/// Repository describes a desired-state source.
+/// RepositorySpec is the desired state of a Repository: which Git remote and revision to read, how
+/// often, and which `.ksync.yaml` files declare Applications and what those Applications may switch
+/// on.
 #[derive(CustomResource, KubeSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[x_kube(crates(kube_core = "::kube_core"))]
 #[kube(
@@ -34,13 +36,15 @@ fn default_application_config_paths() -> Vec<String> {
 #[x_kube(validation = Rule::new("self.type != 'git' || has(self.git)").message("spec.git is required when spec.type is git"))]
 #[serde(rename_all = "camelCase")]
 pub struct RepositorySpec {
-    /// Source adapter. v1alpha1 supports git.
+    /// Source adapter. v1alpha1 has only `git`, the default.
     #[serde(default, rename = "type")]
     pub source_type: SourceType,
-    /// The Git source.
+    /// The Git remote to fetch; required when `type` is git.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git: Option<GitSource>,
-    /// Repository-relative `.ksync.yaml` paths; defaults to the root `.ksync.yaml`.
+    /// Paths of the `.ksync.yaml` files that declare Applications, relative to the repository root;
+    /// each must be named `.ksync.yaml`, be unique and stay inside the repository; at most 100.
+    /// Defaults to the root `.ksync.yaml`.
     #[serde(default = "default_application_config_paths")]
     #[schemars(length(max = 100))]
     pub application_config_paths: Vec<String>,
@@ -48,17 +52,24 @@ pub struct RepositorySpec {
     /// default service account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application_service_account_name: Option<String>,
-    /// What discovered Applications may switch on.
+    /// What Applications discovered from `.ksync.yaml` files may switch on. Every allowance
+    /// defaults to false, so write access to Git alone cannot skip approval, prune, adopt fields or
+    /// delete workloads; an Application asking for more fails discovery.
     #[serde(default)]
     pub application_policy: ApplicationPolicy,
-    /// Polling interval when no external wake-up signal exists, such as `60s` or `5m`.
+    /// How often the remote is fetched when no push webhook wakes the Repository up. When unset,
+    /// the controller's `--default-poll-interval` (60s unless changed) applies. A duration: one or
+    /// more number-and-unit pairs with no spaces, the unit ms, s, m or h and the number optionally
+    /// with a decimal fraction, such as 500ms, 90s, 1.5m or 1h30m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = crate::DURATION_PATTERN))]
     pub poll_interval: Option<String>,
-    /// Secret whose token authenticates GitHub/GitLab push webhooks for this Repository.
+    /// Secret whose token authenticates GitHub/GitLab push webhooks for this Repository; a valid
+    /// push triggers a fetch at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook: Option<SecretReference>,
-    /// Commit ImagePolicy selections back to Git.
+    /// Commit the images that ImagePolicies select back to Git, by rewriting the YAML fields marked
+    /// with an image policy marker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_update: Option<ImageUpdate>,
 }
@@ -84,10 +95,11 @@ pub struct GitSource {
     #[x_kube(validation = Rule::new("self.matches('^(https?://|ssh://|git://|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)')").message("spec.git.url must use https, http, ssh (ssh:// or user@host:path) or git; filesystem paths and file:// are not allowed"))]
     #[schemars(length(min = 1, max = 2048))]
     pub url: String,
-    /// Default branch, tag, or exact commit for Applications that omit a revision.
+    /// Branch, tag or exact commit that Applications without `spec.source.revision` deploy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
-    /// Credentials for private remotes.
+    /// Secret with credentials for a private remote; it must be labelled
+    /// `sync.kuvryn.io/git-credentials: "true"`. Omit for public remotes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SecretReference>,
 }
@@ -96,16 +108,20 @@ pub struct GitSource {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ApplicationPolicy {
-    /// Allow `spec.sync.automatic: true`.
+    /// Allow discovered Applications to set `spec.sync.automatic: true`, which applies plans
+    /// without approval.
     #[serde(default)]
     pub allow_automatic: bool,
-    /// Allow `spec.sync.prune: true`.
+    /// Allow discovered Applications to set `spec.sync.prune: true`, which deletes resources
+    /// removed from Git.
     #[serde(default)]
     pub allow_prune: bool,
-    /// Allow `spec.sync.conflictPolicy: adopt`.
+    /// Allow discovered Applications to set `spec.sync.conflictPolicy: adopt`, which takes over
+    /// fields other managers own.
     #[serde(default)]
     pub allow_adopt: bool,
-    /// Allow `spec.deletionPolicy: DeleteManagedResources`.
+    /// Allow discovered Applications to set `spec.deletionPolicy: DeleteManagedResources`; also
+    /// makes an Application removed from the files delete its workloads instead of orphaning them.
     #[serde(default)]
     pub allow_delete_managed_resources: bool,
 }
@@ -114,36 +130,42 @@ pub struct ApplicationPolicy {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ImageUpdate {
-    /// Push credentials, labelled `sync.kuvryn.io/git-credentials: "true"`.
+    /// Secret with push credentials for the remote; it must be labelled
+    /// `sync.kuvryn.io/git-credentials: "true"`.
     pub secret_ref: LocalObjectReference,
-    /// Branch to commit to.
+    /// Branch the image updates are committed and pushed to.
     pub branch: String,
-    /// Repository-relative folder whose YAML files carry image policy markers.
+    /// Folder, relative to the repository root, whose YAML files are searched for image policy
+    /// markers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    /// Commit author name.
+    /// Author name of the image update commits.
     pub author_name: String,
-    /// Commit author email.
+    /// Author email of the image update commits.
     pub author_email: String,
 }
 
-/// Repository status.
+/// RepositoryStatus is what Kuvryn Sync last observed about the Repository's source: whether it
+/// resolved, to which commit, and when. Written by the controller.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RepositoryStatus {
-    /// Unknown, Ready, or Failed.
+    /// Ready when the source resolved, Failed when it could not be fetched or discovery failed (the
+    /// Ready condition says why), Unknown before the first attempt.
     #[serde(default)]
     pub state: RepositoryState,
-    /// Latest resolved source revision.
+    /// Commit the configured revision resolved to at the last successful fetch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_revision: Option<String>,
-    /// Time of last successful source fetch/inspection.
+    /// When the source was last fetched or inspected successfully.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_fetched_at: Option<Time>,
-    /// Latest metadata.generation processed.
+    /// The `metadata.generation` this status was computed for; when it is behind
+    /// `metadata.generation`, the controller has not processed the latest spec change yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Kubernetes Conditions for source readiness.
+    /// Standard Kubernetes conditions: Ready (the source resolved and discovery succeeded) and
+    /// ImagesUpdated (the result of image write-back).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Conditions,
 }

@@ -14,7 +14,9 @@ pub const MAX_PLAN_CHANGES: usize = 100;
 /// Most hook entries `status.hooks` keeps.
 pub const MAX_HOOKS: usize = 64;
 
-/// Revision records an auditable deployment attempt.
+/// RevisionSpec says what one deployment attempt deploys: its Application, the exact source commit
+/// and render settings, and a fingerprint of the rendered manifests. Written by Kuvryn Sync, never
+/// edited.
 #[derive(CustomResource, JsonSchema, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[kube(
     crates(kube_core = "::kube_core"),
@@ -33,11 +35,12 @@ pub const MAX_HOOKS: usize = 64;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionSpec {
-    /// Application that owns this deployment attempt.
+    /// The Application, in the same namespace, that owns this deployment attempt.
     pub application_ref: LocalObjectReference,
-    /// The source of this attempt.
+    /// The exact source this attempt rendered.
     pub source: RevisionSource,
-    /// Deterministic rendered-state fingerprint.
+    /// Fingerprint of the rendered desired state: the same manifests always give the same hash, so
+    /// equal hashes mean equal desired states.
     pub desired_state_hash: String,
 }
 
@@ -45,23 +48,24 @@ pub struct RevisionSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionSource {
-    /// Repository used for this attempt.
+    /// The Repository the source was read from.
     pub repository_ref: LocalObjectReference,
     /// Resolved source revision, usually a full Git commit SHA.
     pub revision: String,
-    /// Rendered repository path.
+    /// Directory, relative to the repository root, that was rendered.
     #[serde(default)]
     pub path: String,
-    /// Renderer configuration used for this attempt.
+    /// Render settings this attempt used, copied from the Application.
     pub render: Render,
 }
 
-/// Revision status.
+/// RevisionStatus is the progress and outcome of the deployment attempt: its phase, plan, approval,
+/// hooks, health and failure. Written by the controller.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RevisionStatus {
-    /// Pending, Planning, AwaitingApproval, Applying, Observing, Healthy, Failed, RollingBack,
-    /// RolledBack, or Cancelled.
+    /// Where the attempt is: Pending, Planning, AwaitingApproval, Applying or Observing while it
+    /// runs; Healthy, Failed, RollingBack, RolledBack or Cancelled once it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<RevisionPhase>,
     /// When the attempt started.
@@ -70,38 +74,46 @@ pub struct RevisionStatus {
     /// When the attempt completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Time>,
-    /// Retry-loop protection counter.
+    /// How many times this desired state has been attempted; retries stop at the Application's
+    /// `spec.strategy.failurePolicy.maxAttempts`.
     #[serde(default)]
     pub attempts: i32,
-    /// Bounded, redacted plan summary.
+    /// What the attempt changes, object by object, bounded in size and with secret values removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanSummary>,
-    /// Bounded resource health summary.
+    /// How many of the resources this attempt deployed are in each health state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<ResourceCounts>,
-    /// Prior healthy Revision when known.
+    /// Name of the Revision of this Application that was Healthy before this one, when known; the
+    /// target of a rollback.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous_revision: Option<String>,
-    /// Audit record of a manual approval.
+    /// Who approved this attempt's plan and when, for audit; one approval covers the whole rollout.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<Approval>,
-    /// sha256 digest of the Helm chart archive pulled for `render.helm.chart`.
+    /// sha256 digest of the Helm chart archive pulled for `spec.source.render.helm.chart`,
+    /// identifying the exact chart deployed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chart_digest: Option<String>,
-    /// Desired-state hash the last completed, Healthy rollout deployed.
+    /// Desired-state hash the last completed, Healthy rollout of this Revision deployed, while
+    /// `spec.desiredStateHash` follows every render. A manual rollback approves only this desired
+    /// state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployed_desired_state_hash: Option<String>,
-    /// Up to 64 pre-sync and post-sync hooks run for this Revision.
+    /// Pre-sync and post-sync hooks run for this Revision and how each went; at most 64.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub hooks: Vec<HookStatus>,
-    /// Deterministic failure reason, message, resource, and retryability.
+    /// Why the attempt failed: a reason, a message, the failing resource and whether retrying can
+    /// help. Absent while the attempt has not failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
-    /// Latest metadata.generation processed.
+    /// The `metadata.generation` this status was computed for; when it is behind
+    /// `metadata.generation`, the controller has not processed the latest spec change yet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Kubernetes Conditions for the attempt.
+    /// Standard Kubernetes conditions: RolloutComplete (hooks and waves applied and Healthy) and
+    /// RolledBack (a completed rollback replaced this Revision).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Conditions,
 }
@@ -112,23 +124,23 @@ pub struct RevisionStatus {
 pub struct PlanSummary {
     /// Digest of the desired state and full redacted plan; approvals bind to it.
     pub digest: String,
-    /// Objects the plan creates.
+    /// Number of objects the plan creates.
     #[serde(default)]
     pub create: i64,
-    /// Objects the plan changes.
+    /// Number of objects the plan updates.
     #[serde(default)]
     pub update: i64,
-    /// Objects the plan deletes (prune).
+    /// Number of objects the plan deletes by pruning.
     #[serde(default)]
     pub delete: i64,
-    /// Objects already as desired.
+    /// Number of objects already as desired.
     #[serde(default)]
     pub unchanged: i64,
-    /// Per-resource changes, at most 100, redacted.
+    /// Per-object changes with secret values removed; at most 100 (see `truncated`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100))]
     pub changes: Vec<PlanChange>,
-    /// Whether `changes` was cut to its bound.
+    /// True when the plan has more changes than `changes` holds.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
 }
@@ -137,22 +149,23 @@ pub struct PlanSummary {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanChange {
-    /// The resource.
+    /// The object this change is about.
     pub resource: ResourceRef,
-    /// What the plan does to it.
+    /// What the plan does to the object: Create, Update, Delete or Unchanged.
     pub action: PlanAction,
-    /// Sync wave.
+    /// Sync wave the object is applied in, from its `sync.kuvryn.io/sync-wave` annotation; lower
+    /// waves go first, default 0.
     #[serde(default)]
     pub wave: i32,
-    /// Changed field paths (redacted), at most 20.
+    /// Paths of the fields that change, with secret values removed; at most 20.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub fields: Vec<String>,
-    /// Fields taken over from another manager under `conflictPolicy: adopt`.
+    /// Fields taken over from another field manager under `conflictPolicy: adopt`; at most 20.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub adopted: Vec<AdoptedField>,
-    /// Why the plan treats it specially, such as a prune skipped for a high-risk kind.
+    /// Why the plan treats the object specially, such as a prune skipped for a high-risk kind.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
 }
@@ -171,9 +184,9 @@ pub enum PlanAction {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AdoptedField {
-    /// Field path, such as `.spec.replicas`.
+    /// Path of the adopted field, such as `.spec.replicas`.
     pub field: String,
-    /// The manager that held it.
+    /// Field manager that owned the field before it was adopted.
     pub previous_manager: String,
 }
 
@@ -181,13 +194,14 @@ pub struct AdoptedField {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
-    /// Who approved.
+    /// User who approved, as the admission webhook recorded it from the authenticated request.
     pub approved_by: String,
     /// When the approval was recorded.
     pub approved_at: Time,
-    /// Plan digest the approval covers.
+    /// Digest of the approved plan; a plan with another digest needs a new approval.
     pub plan_digest: String,
-    /// Desired state the approval covers (one approval covers the whole rollout).
+    /// Desired-state hash the approval covers, so one approval covers the whole rollout of that
+    /// desired state.
     pub desired_state_hash: String,
     /// Why no new approval was needed, such as an automatic rollback to an approved state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,13 +212,14 @@ pub struct Approval {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HookStatus {
-    /// The hook object.
+    /// The hook object, one annotated `sync.kuvryn.io/hook`.
     pub resource: ResourceRef,
-    /// pre-sync or post-sync.
+    /// When the hook runs: pre-sync (before the Revision's resources are applied) or post-sync
+    /// (after).
     pub stage: HookStage,
-    /// Health of the hook run.
+    /// Progress of the hook: Pending, Running, Succeeded or Failed.
     pub state: HookState,
-    /// Redacted message.
+    /// Detail about the state, with secret values removed.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 }
@@ -233,13 +248,15 @@ pub enum HookState {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Failure {
-    /// Deterministic failure reason.
+    /// Failure reason, such as RenderFailure or HealthFailure; the same cause always gives the same
+    /// reason.
     pub reason: FailureReason,
-    /// Redacted message.
+    /// Detail about the state, with secret values removed.
     pub message: String,
     /// The resource that failed, when one did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceRef>,
-    /// Whether retrying the same desired state may succeed.
+    /// Whether retrying the same desired state may succeed; false means Git or the cluster's
+    /// configuration must change first.
     pub retryable: bool,
 }

@@ -5,8 +5,8 @@
 use kube_core::CustomResourceExt;
 use kube_core::cel::Validator;
 use kuvryn_sync_api::{
-    Application, HealthCheck, ImagePolicy, NotificationSink, RELEASE_NAME_PATTERN, Repository,
-    Revision, crds,
+    Application, DURATION_PATTERN, HealthCheck, ImagePolicy, NotificationSink,
+    RELEASE_NAME_PATTERN, Repository, Revision, crds,
 };
 use regex::Regex;
 use serde_json::{Value, json};
@@ -348,4 +348,110 @@ fn an_application_with_an_invalid_release_name_still_decodes() {
     assert_eq!(app.spec.sync.conflict_policy, kuvryn_sync_api::ConflictPolicy::Fail);
     assert_eq!(app.spec.strategy.failure_policy.max_attempts, 1);
     assert_eq!(app.spec.deletion_policy, kuvryn_sync_api::DeletionPolicy::Orphan);
+}
+
+/// Every property below `schema` (through `items` and `additionalProperties`), with its path.
+fn properties<'a>(schema: &'a Value, path: &str, out: &mut Vec<(String, &'a Value)>) {
+    if let Some(props) = schema["properties"].as_object() {
+        for (name, prop) in props {
+            let path = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+            out.push((path.clone(), prop));
+            properties(prop, &path, out);
+        }
+    }
+    if schema["items"].is_object() {
+        properties(&schema["items"], &format!("{path}[]"), out);
+    }
+    if schema["additionalProperties"].is_object() {
+        properties(&schema["additionalProperties"], &format!("{path}{{}}"), out);
+    }
+}
+
+fn crd_schemas() -> Vec<(String, Value)> {
+    crds()
+        .into_iter()
+        .map(|crd| {
+            let schema = crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .expect("schema");
+            (crd.spec.names.kind.clone(), serde_json::to_value(schema).expect("json"))
+        })
+        .collect()
+}
+
+#[test]
+fn every_property_of_every_kind_explains_itself() {
+    let mut count = 0;
+    for (kind, schema) in crd_schemas() {
+        let mut all = Vec::new();
+        properties(&schema, "", &mut all);
+        for name in ["apiVersion", "kind", "metadata", "spec"] {
+            assert!(all.iter().any(|(path, _)| path == name), "{kind} has no {name}");
+        }
+        for (path, prop) in &all {
+            let description = prop["description"].as_str().unwrap_or_default().trim();
+            assert!(!description.is_empty(), "{kind} {path} has no description");
+            assert!(
+                !description.contains("\n") || description.contains("\n\n"),
+                "{kind} {path}: a description is reflowed into paragraphs: {description:?}"
+            );
+        }
+        count += all.len();
+
+        // `kubectl explain <kind>.spec` must describe the spec, not repeat the kind.
+        let own = schema["description"].as_str().expect("kind description");
+        for part in ["spec", "status"] {
+            let Some(description) = schema["properties"][part]["description"].as_str() else {
+                continue;
+            };
+            assert_ne!(description, own, "{kind} {part} repeats the kind's description");
+            assert!(!description.ends_with(" status."), "{kind} {part}: {description:?}");
+        }
+    }
+    assert!(count > 250, "only {count} properties: is the walk broken?");
+}
+
+#[test]
+fn every_duration_field_carries_the_grammar() {
+    let durations = [
+        ("Repository", "spec.pollInterval"),
+        ("ImagePolicy", "spec.interval"),
+        ("Application", "spec.health.timeout"),
+        ("Application", "spec.strategy.failurePolicy.timeout"),
+    ];
+    let mut found = Vec::new();
+    for (kind, schema) in crd_schemas() {
+        let mut all = Vec::new();
+        properties(&schema, "", &mut all);
+        for (path, prop) in all {
+            let named = durations.contains(&(kind.as_str(), path.as_str()));
+            if prop["pattern"] == DURATION_PATTERN || named {
+                assert_eq!(prop["pattern"], DURATION_PATTERN, "{kind} {path} pattern");
+                let description = prop["description"].as_str().unwrap_or_default();
+                assert!(
+                    description.contains("ms, s, m or h") && description.contains("1h30m"),
+                    "{kind} {path} must describe the duration grammar: {description:?}"
+                );
+                found.push((kind.clone(), path));
+            }
+        }
+    }
+    assert_eq!(found.len(), durations.len(), "duration fields: {found:?}");
+}
+
+#[test]
+fn the_duration_pattern_accepts_exactly_the_grammar() {
+    let pattern = Regex::new(DURATION_PATTERN).expect("pattern compiles");
+    let good = ["90s", "5m", "1h30m", "1.5m", "500ms", "1h", "0s", "2h45m30s", "1m500ms", "10.25s"];
+    let bad = [
+        "", "5", "5d", "-5s", "5 s", " 5s", "5s ", "1.s", ".5s", "5S", "1h 30m", "5ms5", "s", "1w",
+    ];
+    for text in good {
+        assert!(pattern.is_match(text), "{text:?} is a duration");
+    }
+    for text in bad {
+        assert!(!pattern.is_match(text), "{text:?} is not a duration");
+    }
 }

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 /// The grammar as a regular expression (anchored), for CRD schemas.
-pub const PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+pub const PATTERN: &str = kuvryn_sync_api::DURATION_PATTERN;
 
 /// A duration that does not follow the grammar.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
