@@ -99,6 +99,18 @@ mod tests {
     }
 
     #[test]
+    fn the_parser_and_the_crd_pattern_accept_the_same_strings() {
+        let pattern = regex::Regex::new(PATTERN).expect("PATTERN compiles");
+        let samples = [
+            "60s", "5m", "1h30m", "1.5m", "500ms", "1m500ms", "0s", "10h", "2.25h", "", "5", "5d",
+            "-5s", " 5s", "5 s", "1.s", ".5s", "5sm", "s", "5S", "1h 30m", "1e3s", "5mss",
+        ];
+        for text in samples {
+            assert_eq!(pattern.is_match(text), parse(text).is_ok(), "{text:?}");
+        }
+    }
+
+    #[test]
     fn the_error_says_what_a_duration_looks_like() {
         let err = parse("10 minutes").expect_err("invalid");
         assert!(err.to_string().contains("\"10 minutes\""), "{err}");
