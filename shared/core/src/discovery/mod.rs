@@ -19,6 +19,13 @@
 //! 4. [`plan_discovery`] checks every entry and compares with the Applications in the namespace.
 //!    [`discover`] runs 1, 3 and 4 together and reports every problem at once.
 //!
+//! # Where the code is
+//! - `paths`: configured paths and symlinks (step 1, and the rule the I/O layer follows in 2).
+//! - `parse`: one file's shape and keys (step 3).
+//! - `rules`: one entry against the discovering Repository (step 4).
+//! - `plan`: desired Applications compared with the existing ones (step 4).
+//! - `error`: every refusal and its message.
+//!
 //! # Rules for discovered Applications
 //! - `metadata.name` is required and must be a DNS subdomain; names are unique across all files.
 //! - `metadata.namespace`, when set, must be the Repository's namespace.
@@ -57,6 +64,7 @@ mod error;
 mod parse;
 mod paths;
 mod plan;
+mod rules;
 #[cfg(test)]
 mod tests;
 
@@ -71,7 +79,8 @@ pub use paths::{
     CONFIG_FILE_NAME, MAX_CONFIG_FILE_BYTES, MAX_SYMLINK_HOPS, resolve_within_root,
     validate_config_paths,
 };
-pub use plan::{DeleteAction, DiscoveryPlan, is_dns_subdomain, plan_discovery};
+pub use plan::{DeleteAction, DiscoveryPlan, plan_discovery};
+pub use rules::is_dns_subdomain;
 
 /// What the I/O layer found at a configured path.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,11 +1,13 @@
-//! Comparing the discovered entries with the Repository's rules and the Applications that
-//! exist: what to create, update and delete, or a refusal.
+//! From the discovered entries and the Applications that exist to what discovery changes: check
+//! every entry, build the Application it asks for, then compare with the existing ones to find
+//! creates, updates and deletions. Any problem refuses the whole plan.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use kuvryn_sync_api::{Application, ConflictPolicy, DeletionPolicy, GROUP, Repository, keys};
+use kuvryn_sync_api::{Application, DeletionPolicy, Repository, keys};
 
-use super::{DiscoveredEntry, DiscoveryError, DiscoveryRefusal, clip};
+use super::rules::RepositoryRules;
+use super::{DiscoveredEntry, DiscoveryError, DiscoveryRefusal};
 
 /// An Application discovery deletes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,27 +47,6 @@ impl DiscoveryPlan {
     }
 }
 
-/// Whether `name` is a Kubernetes DNS subdomain (RFC 1123): at most 253 characters of
-/// dot-separated labels of lowercase letters, digits and `-`, each starting and ending with a
-/// letter or digit.
-pub fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            let bytes = label.as_bytes();
-            match (bytes.first(), bytes.last()) {
-                (Some(first), Some(last)) => {
-                    first.is_ascii_alphanumeric()
-                        && last.is_ascii_alphanumeric()
-                        && bytes
-                            .iter()
-                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-                }
-                _ => false,
-            }
-        })
-}
-
 /// Check every entry against the Repository's rules and compare with `existing` (the
 /// Applications in the Repository's namespace, hand-made and foreign ones included). All or
 /// nothing: any violation refuses the whole plan.
@@ -74,211 +55,103 @@ pub fn plan_discovery(
     entries: &[DiscoveredEntry],
     existing: &[Application],
 ) -> Result<DiscoveryPlan, DiscoveryRefusal> {
-    let (Some(repo), Some(namespace)) = (
-        repository.metadata.name.as_deref().filter(|n| !n.is_empty()),
-        repository.metadata.namespace.as_deref().filter(|n| !n.is_empty()),
-    ) else {
-        return Err(DiscoveryError::InvalidRepository.into());
-    };
-    let spec = &repository.spec;
-    let policy = &spec.application_policy;
-    let repo_sa = spec.application_service_account_name.as_deref().filter(|s| !s.is_empty());
-    let existing: BTreeMap<&str, &Application> = existing
+    let rules = RepositoryRules::of(repository)?;
+    let existing = existing_by_name(existing, rules.namespace);
+    let desired = desired_applications(&rules, entries, &existing)?;
+    let delete = deletions(&rules, &desired, &existing);
+    let (create, update) = creates_and_updates(desired, &existing);
+    Ok(DiscoveryPlan { create, update, delete })
+}
+
+/// The Applications in `namespace` (or without one), by name.
+fn existing_by_name<'a>(
+    existing: &'a [Application],
+    namespace: &str,
+) -> BTreeMap<&'a str, &'a Application> {
+    existing
         .iter()
         .filter(|a| a.metadata.namespace.as_deref().is_none_or(|n| n == namespace))
         .filter_map(|a| a.metadata.name.as_deref().map(|n| (n, a)))
-        .collect();
+        .collect()
+}
 
+/// The Application each entry asks for, in entry order, or every rule broken: the entry's own
+/// rules, names unique across all files, and no existing Application taken over.
+fn desired_applications(
+    rules: &RepositoryRules<'_>,
+    entries: &[DiscoveredEntry],
+    existing: &BTreeMap<&str, &Application>,
+) -> Result<Vec<Application>, DiscoveryRefusal> {
     let mut errors = Vec::new();
     let mut first_path: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut desired: Vec<Application> = Vec::new();
+    let mut desired = Vec::new();
     for entry in entries {
-        let path = entry.path.clone();
-        let app = entry.label();
         let Some(name) = entry.name.as_deref() else {
-            errors.push(DiscoveryError::MissingName { path, index: entry.index });
+            errors
+                .push(DiscoveryError::MissingName { path: entry.path.clone(), index: entry.index });
             continue;
         };
         let before = errors.len();
-        if !is_dns_subdomain(name) {
-            errors.push(DiscoveryError::InvalidName { path: path.clone(), name: clip(name, 253) });
-        }
-        if let Some(ns) = entry.namespace.as_deref()
-            && ns != namespace
-        {
-            errors.push(DiscoveryError::ForeignNamespace {
-                path: path.clone(),
-                app: app.clone(),
-                namespace: ns.to_owned(),
-                repository_namespace: namespace.to_owned(),
-            });
-        }
-        if let Some(reference) = entry.repository_ref.as_deref()
-            && reference != repo
-        {
-            errors.push(DiscoveryError::ForeignRepositoryRef {
-                path: path.clone(),
-                app: app.clone(),
-                repository_ref: reference.to_owned(),
-                repository: repo.to_owned(),
-            });
-        }
-        let entry_sa = entry.spec.service_account_name.as_deref().filter(|s| !s.is_empty());
-        match (entry_sa, repo_sa) {
-            (Some(sa), Some(allowed)) if sa != allowed => {
-                errors.push(DiscoveryError::ForeignServiceAccount {
-                    path: path.clone(),
-                    app: app.clone(),
-                    service_account: sa.to_owned(),
-                    allowed: allowed.to_owned(),
-                    repository: repo.to_owned(),
-                });
-            }
-            (Some(sa), None) => errors.push(DiscoveryError::ServiceAccountNotAllowed {
-                path: path.clone(),
-                app: app.clone(),
-                service_account: sa.to_owned(),
-                repository: repo.to_owned(),
-            }),
-            _ => {}
-        }
-        let forbidden = [
-            (
-                entry.spec.sync.automatic && !policy.allow_automatic,
-                "spec.sync.automatic",
-                "allowAutomatic",
-            ),
-            (entry.spec.sync.prune && !policy.allow_prune, "spec.sync.prune", "allowPrune"),
-            (
-                entry.spec.sync.conflict_policy == ConflictPolicy::Adopt && !policy.allow_adopt,
-                "spec.sync.conflictPolicy: adopt",
-                "allowAdopt",
-            ),
-            (
-                entry.spec.deletion_policy == DeletionPolicy::DeleteManagedResources
-                    && !policy.allow_delete_managed_resources,
-                "spec.deletionPolicy: DeleteManagedResources",
-                "allowDeleteManagedResources",
-            ),
-        ];
-        for (refused, field, allowance) in forbidden {
-            if refused {
-                errors.push(DiscoveryError::NotAllowed {
-                    path: path.clone(),
-                    app: app.clone(),
-                    field,
-                    allowance,
-                    repository: repo.to_owned(),
-                });
-            }
-        }
-        for (what, map) in [("label", &entry.labels), ("annotation", &entry.annotations)] {
-            for key in map.keys().filter(|k| is_reserved_key(k)) {
-                errors.push(DiscoveryError::ReservedMetadata {
-                    path: path.clone(),
-                    app: app.clone(),
-                    what,
-                    key: clip(key, 253),
-                });
-            }
-        }
+        errors.extend(rules.check_entry(entry, name));
         if let Some(first) = first_path.get(name) {
             errors.push(DiscoveryError::DuplicateName {
-                path: path.clone(),
-                app: app.clone(),
+                path: entry.path.clone(),
+                app: entry.label(),
                 first_path: (*first).to_owned(),
             });
             continue;
         }
         first_path.insert(name, &entry.path);
         if let Some(current) = existing.get(name) {
-            match current.metadata.labels.as_ref().and_then(|l| l.get(keys::REPOSITORY)) {
-                None => errors.push(DiscoveryError::HandMadeCollision {
-                    path: path.clone(),
-                    app: app.clone(),
-                    namespace: namespace.to_owned(),
-                }),
-                Some(owner) if owner != repo => {
-                    errors.push(DiscoveryError::OwnedByOtherRepository {
-                        path: path.clone(),
-                        app: app.clone(),
-                        owner: owner.clone(),
-                    })
-                }
-                Some(_) => {}
-            }
+            errors.extend(rules.check_not_taken_over(entry, current));
         }
         if errors.len() == before {
-            desired.push(desired_application(entry, name, namespace, repo, repo_sa));
+            desired.push(desired_application(rules, entry, name));
         }
     }
-    if !errors.is_empty() {
-        return Err(DiscoveryRefusal { errors });
-    }
-
-    let mut plan = DiscoveryPlan::default();
-    for app in desired {
-        let name = app.metadata.name.as_deref().unwrap_or_default();
-        match existing.get(name) {
-            None => plan.create.push(app),
-            Some(current) if !up_to_date(current, &app) => plan.update.push(app),
-            Some(_) => {}
-        }
-    }
-    for (name, current) in &existing {
-        let ours = current
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(keys::REPOSITORY))
-            .map(String::as_str)
-            == Some(repo);
-        if !ours || first_path.contains_key(name) || current.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let current_policy = current.spec.deletion_policy;
-        plan.delete.push(DeleteAction {
-            name: (*name).to_owned(),
-            deletion_policy: if policy.allow_delete_managed_resources {
-                current_policy
-            } else {
-                DeletionPolicy::Orphan
-            },
-            current_deletion_policy: current_policy,
-            uid: current.metadata.uid.clone(),
-        });
-    }
-    let by_name = |a: &Application, b: &Application| a.metadata.name.cmp(&b.metadata.name);
-    plan.create.sort_by(by_name);
-    plan.update.sort_by(by_name);
-    Ok(plan)
+    if errors.is_empty() { Ok(desired) } else { Err(DiscoveryRefusal { errors }) }
 }
 
-/// Whether a label or annotation key is in the `sync.kuvryn.io` domain (or a subdomain of it).
-fn is_reserved_key(key: &str) -> bool {
-    key.split_once('/')
-        .is_some_and(|(prefix, _)| prefix == GROUP || prefix.ends_with(&format!(".{GROUP}")))
-}
-
+/// The Application an entry asks for: the Repository's reference and service account filled in,
+/// in the Repository's namespace, with our label and annotation.
 fn desired_application(
+    rules: &RepositoryRules<'_>,
     entry: &DiscoveredEntry,
     name: &str,
-    namespace: &str,
-    repo: &str,
-    repo_sa: Option<&str>,
 ) -> Application {
     let mut spec = entry.spec.clone();
-    spec.source.repository_ref.name = repo.to_owned();
-    spec.service_account_name = repo_sa.map(str::to_owned);
+    spec.source.repository_ref.name = rules.repo.to_owned();
+    spec.service_account_name = rules.service_account.map(str::to_owned);
     let mut app = Application::new(name, spec);
-    app.metadata.namespace = Some(namespace.to_owned());
+    app.metadata.namespace = Some(rules.namespace.to_owned());
     let mut labels = entry.labels.clone();
-    labels.insert(keys::REPOSITORY.to_owned(), repo.to_owned());
+    labels.insert(keys::REPOSITORY.to_owned(), rules.repo.to_owned());
     let mut annotations = entry.annotations.clone();
     annotations.insert(keys::DISCOVERED_FROM.to_owned(), entry.path.clone());
     app.metadata.labels = Some(labels);
     app.metadata.annotations = Some(annotations);
     app
+}
+
+/// Split the desired Applications into those to create (no Application of the name) and those to
+/// update (not [`up_to_date`]); the rest need nothing. Both lists are sorted by name.
+fn creates_and_updates(
+    desired: Vec<Application>,
+    existing: &BTreeMap<&str, &Application>,
+) -> (Vec<Application>, Vec<Application>) {
+    let (mut create, mut update) = (Vec::new(), Vec::new());
+    for app in desired {
+        let name = app.metadata.name.as_deref().unwrap_or_default();
+        match existing.get(name) {
+            None => create.push(app),
+            Some(current) if !up_to_date(current, &app) => update.push(app),
+            Some(_) => {}
+        }
+    }
+    let by_name = |a: &Application, b: &Application| a.metadata.name.cmp(&b.metadata.name);
+    create.sort_by(by_name);
+    update.sort_by(by_name);
+    (create, update)
 }
 
 /// Same spec, and every label and annotation discovery sets has the same value.
@@ -292,17 +165,35 @@ fn up_to_date(current: &Application, desired: &Application) -> bool {
         && contains(&current.metadata.annotations, &desired.metadata.annotations)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dns_subdomain_names() {
-        for good in ["a", "payments", "pay-ments.v2", "0abc", &"a".repeat(253)] {
-            assert!(is_dns_subdomain(good), "{good}");
-        }
-        for bad in ["", "A", "-a", "a-", "a..b", ".a", "a_b", "a b", &"a".repeat(254)] {
-            assert!(!is_dns_subdomain(bad), "{bad}");
-        }
-    }
+/// Applications of this Repository that no file proposes any more and that are not already being
+/// deleted, sorted by name. They go as `Orphan`, or with their own `deletionPolicy` when the
+/// Repository allows `DeleteManagedResources` (docs/decisions.md#ruling-2).
+fn deletions(
+    rules: &RepositoryRules<'_>,
+    desired: &[Application],
+    existing: &BTreeMap<&str, &Application>,
+) -> Vec<DeleteAction> {
+    let proposed: BTreeSet<&str> =
+        desired.iter().filter_map(|a| a.metadata.name.as_deref()).collect();
+    existing
+        .iter()
+        .filter(|(name, current)| {
+            rules.owns(current)
+                && !proposed.contains(*name)
+                && current.metadata.deletion_timestamp.is_none()
+        })
+        .map(|(name, current)| {
+            let current_policy = current.spec.deletion_policy;
+            DeleteAction {
+                name: (*name).to_owned(),
+                deletion_policy: if rules.policy.allow_delete_managed_resources {
+                    current_policy
+                } else {
+                    DeletionPolicy::Orphan
+                },
+                current_deletion_policy: current_policy,
+                uid: current.metadata.uid.clone(),
+            }
+        })
+        .collect()
 }
