@@ -58,7 +58,30 @@ const METADATA_ALLOWED: &str = "name, namespace, labels, annotations";
 /// Parse one `.ksync.yaml`: an `applications:` list, or a single full Application. An empty
 /// file (or `applications: []`) proposes no Application. Checks the file's shape, unknown keys
 /// and each spec's decoding; the policy rules are [`plan_discovery`]'s.
+///
+/// [`plan_discovery`]: super::plan_discovery
 pub fn parse_config_file(path: &str, text: &str) -> Result<Vec<DiscoveredEntry>, DiscoveryError> {
+    let Some(top) = read_top_level(path, text)? else {
+        return Ok(Vec::new());
+    };
+    let keys = string_keys(path, "the top level", &top)?;
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    if keys.contains(&"applications") {
+        reject_unknown(path, "the top level", &keys, &["applications"], TOP_LEVEL_ALLOWED)?;
+        return parse_application_list(path, top.get("applications"));
+    }
+    if keys.contains(&"apiVersion") || keys.contains(&"kind") {
+        let entry = parse_entry(path, 0, "the top level", &Yaml::Mapping(top), true)?;
+        return Ok(vec![entry]);
+    }
+    reject_unknown(path, "the top level", &keys, &[], TOP_LEVEL_ALLOWED)?;
+    Ok(Vec::new())
+}
+
+/// The file's one YAML document as a mapping, or `None` when it is empty.
+fn read_top_level(path: &str, text: &str) -> Result<Option<serde_yaml::Mapping>, DiscoveryError> {
     if text.len() > MAX_CONFIG_FILE_BYTES {
         return Err(DiscoveryError::FileTooLarge {
             path: path.to_owned(),
@@ -69,48 +92,38 @@ pub fn parse_config_file(path: &str, text: &str) -> Result<Vec<DiscoveredEntry>,
         path: path.to_owned(),
         message: clip(&e.to_string(), MAX_DETAIL),
     })?;
-    let top = match doc {
-        Yaml::Null => return Ok(Vec::new()),
-        Yaml::Mapping(map) => map,
-        _ => {
-            return Err(DiscoveryError::WrongShape {
-                path: path.to_owned(),
-                at: "the top level".into(),
-                expected: "a mapping with applications: or a single Application",
-            });
-        }
+    match doc {
+        Yaml::Null => Ok(None),
+        Yaml::Mapping(map) => Ok(Some(map)),
+        _ => Err(wrong_shape(
+            path,
+            "the top level".into(),
+            "a mapping with applications: or a single Application",
+        )),
+    }
+}
+
+/// The entries of the `applications:` list (none when it is empty or null).
+fn parse_application_list(
+    path: &str,
+    applications: Option<&Yaml>,
+) -> Result<Vec<DiscoveredEntry>, DiscoveryError> {
+    let items = match applications {
+        None | Some(Yaml::Null) => return Ok(Vec::new()),
+        Some(Yaml::Sequence(items)) => items,
+        Some(_) => return Err(wrong_shape(path, "applications".into(), "a list")),
     };
-    let keys = string_keys(path, "the top level", &top)?;
-    if keys.is_empty() {
-        return Ok(Vec::new());
-    }
-    if keys.contains(&"applications") {
-        reject_unknown(path, "the top level", &keys, &["applications"], TOP_LEVEL_ALLOWED)?;
-        let items = match top.get("applications") {
-            None | Some(Yaml::Null) => return Ok(Vec::new()),
-            Some(Yaml::Sequence(items)) => items,
-            Some(_) => {
-                return Err(DiscoveryError::WrongShape {
-                    path: path.to_owned(),
-                    at: "applications".into(),
-                    expected: "a list",
-                });
-            }
-        };
-        return items
-            .iter()
-            .enumerate()
-            .map(|(index, item)| {
-                parse_entry(path, index, &format!("applications[{index}]"), item, false)
-            })
-            .collect();
-    }
-    if keys.contains(&"apiVersion") || keys.contains(&"kind") {
-        let entry = parse_entry(path, 0, "the top level", &Yaml::Mapping(top), true)?;
-        return Ok(vec![entry]);
-    }
-    reject_unknown(path, "the top level", &keys, &[], TOP_LEVEL_ALLOWED)?;
-    Ok(Vec::new())
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            parse_entry(path, index, &format!("applications[{index}]"), item, false)
+        })
+        .collect()
+}
+
+fn wrong_shape(path: &str, at: String, expected: &'static str) -> DiscoveryError {
+    DiscoveryError::WrongShape { path: path.to_owned(), at, expected }
 }
 
 fn string_keys<'a>(
@@ -120,11 +133,7 @@ fn string_keys<'a>(
 ) -> Result<Vec<&'a str>, DiscoveryError> {
     map.keys()
         .map(|k| {
-            k.as_str().ok_or_else(|| DiscoveryError::WrongShape {
-                path: path.to_owned(),
-                at: at.to_owned(),
-                expected: "a mapping with string keys",
-            })
+            k.as_str().ok_or_else(|| wrong_shape(path, at.to_owned(), "a mapping with string keys"))
         })
         .collect()
 }
@@ -150,6 +159,7 @@ fn reject_unknown(
     }
 }
 
+/// One Application: a list entry at `at`, or the whole file when `single`.
 fn parse_entry(
     path: &str,
     index: usize,
@@ -157,17 +167,38 @@ fn parse_entry(
     item: &Yaml,
     single: bool,
 ) -> Result<DiscoveredEntry, DiscoveryError> {
-    let shape = |at: String, expected: &'static str| DiscoveryError::WrongShape {
-        path: path.to_owned(),
-        at,
-        expected,
-    };
     let Yaml::Mapping(map) = item else {
-        return Err(shape(at.to_owned(), "a mapping with metadata and spec"));
+        return Err(wrong_shape(path, at.to_owned(), "a mapping with metadata and spec"));
     };
     let keys = string_keys(path, at, map)?;
     let allowed_text = if single { TOP_LEVEL_ALLOWED } else { ENTRY_ALLOWED };
     reject_unknown(path, at, &keys, &["apiVersion", "kind", "metadata", "spec"], allowed_text)?;
+    check_kind(path, at, map, single)?;
+    let metadata_at = if single { "metadata".to_owned() } else { format!("{at}.metadata") };
+    let metadata = parse_metadata(path, &metadata_at, map.get("metadata"))?;
+    let app = entry_label(metadata.name.as_deref(), index);
+    let spec_at = if single { "spec".to_owned() } else { format!("{at}.spec") };
+    let (spec, repository_ref) = parse_spec(path, &app, spec_at, map.get("spec"))?;
+    Ok(DiscoveredEntry {
+        path: path.to_owned(),
+        index,
+        name: metadata.name,
+        namespace: metadata.namespace,
+        repository_ref,
+        labels: metadata.labels,
+        annotations: metadata.annotations,
+        spec,
+    })
+}
+
+/// `apiVersion` and `kind`, required in the single form and optional in a list entry, must name
+/// an Application.
+fn check_kind(
+    path: &str,
+    at: &str,
+    map: &serde_yaml::Mapping,
+    single: bool,
+) -> Result<(), DiscoveryError> {
     let api_version = map.get("apiVersion");
     let kind = map.get("kind");
     let is_application = api_version.and_then(Yaml::as_str) == Some(API_VERSION)
@@ -175,96 +206,124 @@ fn parse_entry(
     if (single || api_version.is_some() || kind.is_some()) && !is_application {
         return Err(DiscoveryError::WrongKind { path: path.to_owned(), at: at.to_owned() });
     }
+    Ok(())
+}
 
-    let metadata_at = if single { "metadata".to_owned() } else { format!("{at}.metadata") };
-    let (mut name, mut namespace) = (None, None);
-    let (mut labels, mut annotations) = (BTreeMap::new(), BTreeMap::new());
-    match map.get("metadata") {
-        None | Some(Yaml::Null) => {}
-        Some(Yaml::Mapping(meta)) => {
-            let keys = string_keys(path, &metadata_at, meta)?;
-            reject_unknown(
-                path,
-                &metadata_at,
-                &keys,
-                &["name", "namespace", "labels", "annotations"],
-                METADATA_ALLOWED,
-            )?;
-            let text = |key: &str| -> Result<Option<String>, DiscoveryError> {
-                match meta.get(key) {
-                    None | Some(Yaml::Null) => Ok(None),
-                    Some(Yaml::String(s)) => Ok((!s.is_empty()).then(|| s.clone())),
-                    Some(_) => Err(shape(format!("{metadata_at}.{key}"), "a string")),
-                }
-            };
-            name = text("name")?;
-            namespace = text("namespace")?;
-            let map_of = |key: &str| -> Result<BTreeMap<String, String>, DiscoveryError> {
-                match meta.get(key) {
-                    None | Some(Yaml::Null) => Ok(BTreeMap::new()),
-                    Some(value) => serde_yaml::from_value(value.clone()).map_err(|_| {
-                        shape(format!("{metadata_at}.{key}"), "a mapping of strings to strings")
-                    }),
-                }
-            };
-            labels = map_of("labels")?;
-            annotations = map_of("annotations")?;
-        }
-        Some(_) => return Err(shape(metadata_at, "a mapping")),
+/// The metadata an entry may carry.
+#[derive(Default)]
+struct Metadata {
+    name: Option<String>,
+    namespace: Option<String>,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+}
+
+/// An entry's `metadata` (at `at`): only name, namespace, labels and annotations.
+fn parse_metadata(path: &str, at: &str, value: Option<&Yaml>) -> Result<Metadata, DiscoveryError> {
+    let meta = match value {
+        None | Some(Yaml::Null) => return Ok(Metadata::default()),
+        Some(Yaml::Mapping(meta)) => meta,
+        Some(_) => return Err(wrong_shape(path, at.to_owned(), "a mapping")),
+    };
+    let keys = string_keys(path, at, meta)?;
+    reject_unknown(
+        path,
+        at,
+        &keys,
+        &["name", "namespace", "labels", "annotations"],
+        METADATA_ALLOWED,
+    )?;
+    Ok(Metadata {
+        name: metadata_string(path, at, meta, "name")?,
+        namespace: metadata_string(path, at, meta, "namespace")?,
+        labels: metadata_map(path, at, meta, "labels")?,
+        annotations: metadata_map(path, at, meta, "annotations")?,
+    })
+}
+
+/// A string in the metadata; empty counts as absent.
+fn metadata_string(
+    path: &str,
+    at: &str,
+    meta: &serde_yaml::Mapping,
+    key: &str,
+) -> Result<Option<String>, DiscoveryError> {
+    match meta.get(key) {
+        None | Some(Yaml::Null) => Ok(None),
+        Some(Yaml::String(s)) => Ok((!s.is_empty()).then(|| s.clone())),
+        Some(_) => Err(wrong_shape(path, format!("{at}.{key}"), "a string")),
     }
+}
 
-    let app = entry_label(name.as_deref(), index);
-    let spec_value = match map.get("spec") {
+/// A mapping of strings to strings in the metadata (labels, annotations).
+fn metadata_map(
+    path: &str,
+    at: &str,
+    meta: &serde_yaml::Mapping,
+    key: &str,
+) -> Result<BTreeMap<String, String>, DiscoveryError> {
+    match meta.get(key) {
+        None | Some(Yaml::Null) => Ok(BTreeMap::new()),
+        Some(value) => serde_yaml::from_value(value.clone()).map_err(|_| {
+            wrong_shape(path, format!("{at}.{key}"), "a mapping of strings to strings")
+        }),
+    }
+}
+
+/// An entry's `spec` (at `spec_at`) decoded, and `spec.source.repositoryRef.name` as written.
+/// `spec.source.render.type` is required.
+fn parse_spec(
+    path: &str,
+    app: &str,
+    spec_at: String,
+    value: Option<&Yaml>,
+) -> Result<(ApplicationSpec, Option<String>), DiscoveryError> {
+    let invalid = |e: serde_json::Error| DiscoveryError::InvalidSpec {
+        path: path.to_owned(),
+        app: app.to_owned(),
+        message: clip(&e.to_string(), MAX_DETAIL),
+    };
+    let spec_value = match value {
         None | Some(Yaml::Null) => Json::Object(Default::default()),
-        Some(value) => serde_json::to_value(value).map_err(|e| DiscoveryError::InvalidSpec {
-            path: path.to_owned(),
-            app: app.clone(),
-            message: clip(&e.to_string(), MAX_DETAIL),
-        })?,
+        Some(value) => serde_json::to_value(value).map_err(invalid)?,
     };
     let Json::Object(mut spec_map) = spec_value else {
-        return Err(shape(if single { "spec".into() } else { format!("{at}.spec") }, "a mapping"));
+        return Err(wrong_shape(path, spec_at, "a mapping"));
     };
     let render_type =
         spec_map.get("source").and_then(|s| s.get("render")).and_then(|r| r.get("type"));
     if matches!(render_type, None | Some(Json::Null)) {
-        return Err(DiscoveryError::MissingRenderType { path: path.to_owned(), app });
-    }
-    // repositoryRef defaults to the discovering Repository: decode with an empty name and keep
-    // what was written separately.
-    let mut repository_ref = None;
-    if let Some(Json::Object(source)) = spec_map.get_mut("source") {
-        match source.get_mut("repositoryRef") {
-            Some(Json::Object(reference)) => match reference.get("name") {
-                Some(Json::String(n)) => repository_ref = (!n.is_empty()).then(|| n.clone()),
-                None | Some(Json::Null) => {
-                    reference.insert("name".into(), Json::String(String::new()));
-                }
-                Some(_) => {}
-            },
-            None | Some(Json::Null) => {
-                source.insert("repositoryRef".into(), serde_json::json!({ "name": "" }));
-            }
-            Some(_) => {}
-        }
-    }
-    let spec: ApplicationSpec = serde_json::from_value(Json::Object(spec_map)).map_err(|e| {
-        DiscoveryError::InvalidSpec {
+        return Err(DiscoveryError::MissingRenderType {
             path: path.to_owned(),
-            app: app.clone(),
-            message: clip(&e.to_string(), MAX_DETAIL),
+            app: app.to_owned(),
+        });
+    }
+    let repository_ref = default_repository_ref(&mut spec_map);
+    let spec = serde_json::from_value(Json::Object(spec_map)).map_err(invalid)?;
+    Ok((spec, repository_ref))
+}
+
+/// `repositoryRef` defaults to the discovering Repository: give the spec an empty name to decode
+/// with when it has none, and return the name that was written.
+fn default_repository_ref(spec: &mut serde_json::Map<String, Json>) -> Option<String> {
+    let Some(Json::Object(source)) = spec.get_mut("source") else {
+        return None;
+    };
+    match source.get_mut("repositoryRef") {
+        Some(Json::Object(reference)) => match reference.get("name") {
+            Some(Json::String(n)) => (!n.is_empty()).then(|| n.clone()),
+            None | Some(Json::Null) => {
+                reference.insert("name".into(), Json::String(String::new()));
+                None
+            }
+            Some(_) => None,
+        },
+        None | Some(Json::Null) => {
+            source.insert("repositoryRef".into(), serde_json::json!({ "name": "" }));
+            None
         }
-    })?;
-    Ok(DiscoveredEntry {
-        path: path.to_owned(),
-        index,
-        name,
-        namespace,
-        repository_ref,
-        labels,
-        annotations,
-        spec,
-    })
+        Some(_) => None,
+    }
 }
 
 #[cfg(test)]
