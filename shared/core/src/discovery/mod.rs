@@ -30,7 +30,7 @@
 //! - `metadata.name` is required and must be a DNS subdomain; names are unique across all files.
 //! - `metadata.namespace`, when set, must be the Repository's namespace.
 //! - `spec.source.repositoryRef.name` defaults to the discovering Repository; naming another is a
-//!   refusal (DESIGN ruling 15).
+//!   refusal (docs/decisions.md#ruling-15).
 //! - `spec.source.render.type` is required.
 //! - `spec.serviceAccountName` may only be the Repository's `applicationServiceAccountName` and
 //!   defaults to it; when the Repository sets none, no service account may be set.
@@ -40,14 +40,15 @@
 //! - Labels and annotations in the `sync.kuvryn.io/` domain are refused: approvals, rollback
 //!   requests and ownership cannot come from Git.
 //! - An existing Application of the same name that is hand-made (no `sync.kuvryn.io/repository`
-//!   label) or owned by another Repository is a refusal; it is never taken over (ruling 15).
+//!   label) or owned by another Repository is a refusal; it is never taken over
+//!   (docs/decisions.md#ruling-15).
 //! - Discovered Applications get the label `sync.kuvryn.io/repository=<repository>` and the
 //!   annotation `sync.kuvryn.io/discovered-from=<config path>`.
 //! - Applications labelled for this Repository but absent from the files are deleted with
 //!   `deletionPolicy: Orphan`, or with their own `deletionPolicy` when the Repository sets
-//!   `allowDeleteManagedResources` (ruling 2).
+//!   `allowDeleteManagedResources` (docs/decisions.md#ruling-2).
 //! - A refusal is all or nothing: no Application is created, changed or deleted, so existing ones
-//!   keep the spec they had (trap in DESIGN §4.14). It is `Ready=False/ValidationFailure`.
+//!   keep the spec they had (docs/decisions.md#traps). It is `Ready=False/ValidationFailure`.
 //! - An Application whose spec, our label and our annotation already match is not updated.
 //!
 //! # Contract with the I/O layer
