@@ -11,7 +11,7 @@
 //!
 //! Refused, each with its own error naming the rule and what to do: empty URLs, URLs longer than
 //! [`MAX_URL_LEN`], whitespace or control characters, anything starting with `-` (it could become
-//! a command-line option of git or ssh, DESIGN §4.12) and a user, host or scp path starting with
+//! a command-line option of git or ssh, docs/decisions.md#threats) and a user, host or scp path starting with
 //! `-`, filesystem paths (absolute, relative, `./x`, `~/x`, backslashes), `file://`, the
 //! `<transport>::<address>` remote-helper form (`ext::` runs programs), any other scheme, and
 //! passwords embedded in the URL (for every scheme, not only http(s)).
@@ -97,7 +97,7 @@ pub struct GitUrl {
 
 /// Where credentials may be sent: transport scheme, lower-cased host and effective port. Two
 /// URLs with equal `CredentialHost`s may share credentials; a redirect or a chart URL with a
-/// different one must not receive them (DESIGN §4.12).
+/// different one must not receive them (docs/decisions.md#threats).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CredentialHost {
     /// `https`, `http`, `ssh` or `git`.

@@ -20,7 +20,7 @@
 //! - **Errors** are [`GitError`]s whose messages went through a [`Redactor`] holding the
 //!   credential values and through [`redact_shapes`](kuvryn_sync_core::redact::redact_shapes).
 //!
-//! Fetching and ref listing are gix (DESIGN §3). Hand-written here, because no crate does it: the
+//! Fetching and ref listing are gix (docs/architecture.md#dependencies). Hand-written here, because no crate does it: the
 //! cache layout, locking and eviction, and materialising a tree: bytes exactly as committed (no
 //! filters, attributes or line-ending conversion), symlinks kept as symlinks for the later
 //! containment checks, submodules as empty directories.

@@ -222,13 +222,12 @@ fn ensure_commit(
             revision: redactor.redact(&format!("{} (does not name a commit)", req.revision)),
             url: shown_url.to_owned(),
         }),
-        Err(_) => Err(GitError::RevisionNotFound {
-            revision: redactor.redact(&req.revision),
-            url: shown_url.to_owned(),
-        }),
+        Err(_) => Err(revision_not_found(req, redactor, shown_url)),
     }
 }
 
+/// One remote interaction: connect, list refs, pick the wanted commit and, when the cache lacks
+/// it, receive a pack with `shallow` (gix writes the fetched refs under [`OUR_REFS`]).
 fn connect_and_fetch(
     repo: &mut gix::Repository,
     req: &FetchRequest,
@@ -237,87 +236,148 @@ fn connect_and_fetch(
     want: &Wanted,
     shallow: Shallow,
 ) -> Result<Outcome, GitError> {
-    let ssh = match &req.credentials {
-        Some(GitAuth::Ssh(ssh)) => Some(
-            SshCommand::prepare(&ssh.private_key, &ssh.known_hosts, req.timeout)
-                .map_err(|e| GitError::cache(redactor, "preparing ssh", e))?,
-        ),
-        None | Some(GitAuth::Basic(_)) => None,
-    };
-    // An ssh remote without ssh credentials still runs ssh through the strict wrapper (batch mode,
-    // no agent, no user config, nothing in known_hosts).
-    let is_ssh = gix::url::parse(req.url.as_bytes().as_bstr())
-        .is_ok_and(|u| u.scheme == gix::url::Scheme::Ssh);
-    let ssh = match ssh {
-        Some(ssh) => Some(ssh),
-        None if is_ssh => Some(
-            SshCommand::prepare(&secrecy::SecretString::from(""), "", req.timeout)
-                .map_err(|e| GitError::cache(redactor, "preparing ssh", e))?,
-        ),
-        None => None,
-    };
-    {
-        let mut config = repo.config_snapshot_mut();
-        // The repository is opened isolated (no system, global or environment configuration);
-        // these in-memory settings are the only ones that apply. Non-ssh remotes never spawn ssh,
-        // so the command points at a program that does not exist.
-        let program = ssh.as_ref().map_or_else(
-            || "/nonexistent/ssh".to_owned(),
-            |s| s.program().to_string_lossy().into_owned(),
-        );
-        config
-            .append_config(
-                [
-                    format!("gitoxide.ssh.commandWithoutShellFallback={program}").as_str(),
-                    "ssh.variant=ssh",
-                    "http.followRedirects=false",
-                    "credential.helper=",
-                    "protocol.version=2",
-                ],
-                gix::config::Source::Api,
-            )
-            .map_err(|e| GitError::cache(redactor, "configuring the cache repository", e))?;
-        config
-            .commit()
-            .map_err(|e| GitError::cache(redactor, "configuring the cache repository", e))?;
-    }
-
+    let ssh = ssh_command(req, redactor)?;
+    configure_cache_repository(repo, ssh.as_ref(), redactor)?;
+    let repo = &*repo;
     let watchdog = Watchdog::start(req.timeout);
-    let fail = |err: &(dyn std::error::Error + 'static)| -> GitError {
+    let fail = RemoteFailure { req, redactor, shown_url, ssh: ssh.as_ref(), watchdog: &watchdog };
+
+    let remote = repo
+        .remote_at_without_url_rewrite(req.url.as_str())
+        .map_err(|e| fail.error(&e))?
+        .with_fetch_tags(Tags::None)
+        .with_refspecs(want.refspecs.iter().map(String::as_str), Direction::Fetch)
+        .map_err(|e| fail.error(&e))?;
+    let connection = connect(&remote, req, redactor, &fail)?;
+    // The handshake and the ref listing.
+    let prepare = connection
+        .prepare_fetch(gix::progress::Discard, ref_map::Options::default())
+        .map_err(|e| fail.error(&e))?;
+    let refs_listed = 1;
+    let commit = match want.commit {
+        Some(id) => id,
+        None => find_wanted_ref(&prepare.ref_map().remote_refs, want)
+            .ok_or_else(|| revision_not_found(req, redactor, shown_url))?,
+    };
+    if repo.has_object(commit) {
+        // The wanted ref did not move: no fetch.
+        drop(prepare);
+        ensure_commit(repo, commit, req, redactor, shown_url)?;
+        return Ok(Outcome { commit, fetched: false, refs_listed });
+    }
+    prepare
+        .with_shallow(shallow)
+        .receive(gix::progress::Discard, &watchdog.flag)
+        .map_err(|e| fail.error(&e))?;
+    drop(ssh);
+    if !repo.has_object(commit) {
+        return Err(revision_not_found(req, redactor, shown_url));
+    }
+    ensure_commit(repo, commit, req, redactor, shown_url)?;
+    Ok(Outcome { commit, fetched: true, refs_listed })
+}
+
+/// The ssh wrapper for this request: with the configured key and known hosts, or, for an ssh
+/// remote without ssh credentials, still the strict wrapper (batch mode, no agent, no user
+/// config, nothing in known_hosts). `None` for other remotes.
+fn ssh_command(req: &FetchRequest, redactor: &Redactor) -> Result<Option<SshCommand>, GitError> {
+    let prepare = |key: &secrecy::SecretString, known_hosts: &str| {
+        SshCommand::prepare(key, known_hosts, req.timeout)
+            .map(Some)
+            .map_err(|e| GitError::cache(redactor, "preparing ssh", e))
+    };
+    match &req.credentials {
+        Some(GitAuth::Ssh(ssh)) => prepare(&ssh.private_key, &ssh.known_hosts),
+        None | Some(GitAuth::Basic(_)) => {
+            let is_ssh = gix::url::parse(req.url.as_bytes().as_bstr())
+                .is_ok_and(|u| u.scheme == gix::url::Scheme::Ssh);
+            if is_ssh { prepare(&secrecy::SecretString::from(""), "") } else { Ok(None) }
+        }
+    }
+}
+
+/// The repository is opened isolated (no system, global or environment configuration); these
+/// in-memory settings are the only ones that apply. Non-ssh remotes never spawn ssh, so the
+/// command then points at a program that does not exist.
+fn configure_cache_repository(
+    repo: &mut gix::Repository,
+    ssh: Option<&SshCommand>,
+    redactor: &Redactor,
+) -> Result<(), GitError> {
+    let failed = |e| GitError::cache(redactor, "configuring the cache repository", e);
+    let program = ssh.map_or_else(
+        || "/nonexistent/ssh".to_owned(),
+        |s| s.program().to_string_lossy().into_owned(),
+    );
+    let mut config = repo.config_snapshot_mut();
+    config
+        .append_config(
+            [
+                format!("gitoxide.ssh.commandWithoutShellFallback={program}").as_str(),
+                "ssh.variant=ssh",
+                "http.followRedirects=false",
+                "credential.helper=",
+                "protocol.version=2",
+            ],
+            gix::config::Source::Api,
+        )
+        .map_err(failed)?;
+    config.commit().map_err(failed)?;
+    Ok(())
+}
+
+/// Turns a failed remote step into a [`GitError`]: with ssh's stderr, marked when the deadline
+/// had passed, redacted and truncated, and [`GitError::Authentication`] when it looks like one.
+struct RemoteFailure<'a> {
+    req: &'a FetchRequest,
+    redactor: &'a Redactor,
+    shown_url: &'a str,
+    ssh: Option<&'a SshCommand>,
+    watchdog: &'a Watchdog,
+}
+
+impl RemoteFailure<'_> {
+    fn error(&self, err: &(dyn std::error::Error + 'static)) -> GitError {
         let mut text = chain(err);
-        let stderr = ssh.as_ref().map(SshCommand::stderr).unwrap_or_default();
+        let stderr = self.ssh.map(SshCommand::stderr).unwrap_or_default();
         if !stderr.is_empty() {
             text.push_str(" (ssh: ");
             text.push_str(&stderr);
             text.push(')');
         }
-        if watchdog.fired() {
-            text = format!("timed out after {:?}: {text}", req.timeout);
+        if self.watchdog.fired() {
+            text = format!("timed out after {:?}: {text}", self.req.timeout);
         }
-        let message = redactor.redact(&kuvryn_sync_core::redact::truncate(&text, 2000));
-        if looks_like_auth_failure(&text) {
-            let message = if req.credentials.is_none() {
-                format!("the remote requires credentials and none are configured ({message})")
-            } else {
-                message
-            };
-            GitError::Authentication { url: shown_url.to_owned(), message }
+        let message = self.redactor.redact(&kuvryn_sync_core::redact::truncate(&text, 2000));
+        let url = self.shown_url.to_owned();
+        if !looks_like_auth_failure(&text) {
+            return GitError::Remote { url, message };
+        }
+        let message = if self.req.credentials.is_none() {
+            format!("the remote requires credentials and none are configured ({message})")
         } else {
-            GitError::Remote { url: shown_url.to_owned(), message }
-        }
-    };
+            message
+        };
+        GitError::Authentication { url, message }
+    }
+}
 
-    let remote = repo
-        .remote_at_without_url_rewrite(req.url.as_str())
-        .map_err(|e| fail(&e))?
-        .with_fetch_tags(Tags::None)
-        .with_refspecs(want.refspecs.iter().map(String::as_str), Direction::Fetch)
-        .map_err(|e| fail(&e))?;
+type Transport = Box<dyn gix::protocol::transport::client::blocking_io::Transport + Send>;
+
+/// Open a connection to `remote` (our own TCP connection for `git://`, gix's transports
+/// otherwise) with the HTTP options and the credential callback set. Nothing is sent yet.
+fn connect<'remote, 'repo>(
+    remote: &'remote gix::Remote<'repo>,
+    req: &FetchRequest,
+    redactor: &Redactor,
+    fail: &RemoteFailure<'_>,
+) -> Result<gix::remote::Connection<'remote, 'static, 'repo, Transport>, GitError> {
     let mut connection = match git_daemon_transport(req) {
-        Some(transport) => remote.to_connection_with_transport(transport.map_err(|e| fail(&e))?),
-        None => remote.connect(Direction::Fetch).map_err(|e| fail(&e))?,
+        Some(transport) => {
+            remote.to_connection_with_transport(transport.map_err(|e| fail.error(&e))?)
+        }
+        None => remote.connect(Direction::Fetch).map_err(|e| fail.error(&e))?,
     };
-
     let is_http = matches!(
         remote.url(Direction::Fetch).map(|u| u.scheme.clone()),
         Some(gix::url::Scheme::Http | gix::url::Scheme::Https)
@@ -333,78 +393,58 @@ fn connect_and_fetch(
     connection.set_credentials(move |action| {
         use gix::credentials::helper::Action;
         match action {
-            Action::Get(ctx) => {
-                let Some((username, password)) = &basic else {
-                    return Ok(None);
-                };
-                let asked = ctx
-                    .url
-                    .as_ref()
-                    .and_then(|u| authority(u.as_bstr()))
-                    .or_else(|| ctx.to_url().and_then(|u| authority(u.as_bstr())));
-                // Credentials only for exactly the configured scheme, host and port.
-                if asked.is_none() || asked != expected {
-                    return Ok(None);
-                }
-                Ok(Some(gix::credentials::protocol::Outcome {
-                    identity: gix::sec::identity::Account {
-                        username: username.clone(),
-                        password: password.expose_secret().to_owned(),
-                        oauth_refresh_token: None,
-                    },
-                    next: ctx.into(),
-                }))
-            }
+            Action::Get(ctx) => Ok(basic_credentials(basic.as_ref(), expected.as_ref(), ctx)),
             Action::Store(_) | Action::Erase(_) => Ok(None),
         }
     });
+    Ok(connection)
+}
 
-    let options = ref_map::Options::default();
-    let prepare =
-        connection.prepare_fetch(gix::progress::Discard, options).map_err(|e| fail(&e))?;
-    let refs_listed = 1;
+/// The configured user name and password, only when the remote asks for exactly the configured
+/// scheme, host and port.
+fn basic_credentials(
+    basic: Option<&(String, secrecy::SecretString)>,
+    expected: Option<&(String, String, Option<u16>)>,
+    ctx: gix::credentials::protocol::Context,
+) -> Option<gix::credentials::protocol::Outcome> {
+    let (username, password) = basic?;
+    let asked = ctx
+        .url
+        .as_ref()
+        .and_then(|u| authority(u.as_bstr()))
+        .or_else(|| ctx.to_url().and_then(|u| authority(u.as_bstr())));
+    if asked.is_none() || asked.as_ref() != expected {
+        return None;
+    }
+    Some(gix::credentials::protocol::Outcome {
+        identity: gix::sec::identity::Account {
+            username: username.clone(),
+            password: password.expose_secret().to_owned(),
+            oauth_refresh_token: None,
+        },
+        next: ctx.into(),
+    })
+}
 
-    let commit = match want.commit {
-        Some(id) => id,
-        None => {
-            let remote_refs = &prepare.ref_map().remote_refs;
-            let found = want.names.iter().find_map(|name| {
-                remote_refs.iter().find_map(|r| {
-                    let (ref_name, target, peeled) = r.unpack();
-                    (ref_name == name.as_bytes().as_bstr())
-                        .then(|| peeled.or(target).map(ToOwned::to_owned))?
-                })
-            });
-            match found {
-                Some(id) => id,
-                None => {
-                    return Err(GitError::RevisionNotFound {
-                        revision: redactor.redact(&req.revision),
-                        url: shown_url.to_owned(),
-                    });
-                }
-            }
-        }
-    };
-    if repo.has_object(commit) {
-        // The wanted ref did not move: no fetch.
-        drop(prepare);
-        ensure_commit(repo, commit, req, redactor, shown_url)?;
-        return Ok(Outcome { commit, fetched: false, refs_listed });
+/// The commit of the first wanted ref name the remote advertises (peeled for annotated tags).
+fn find_wanted_ref(
+    remote_refs: &[gix::protocol::handshake::Ref],
+    want: &Wanted,
+) -> Option<ObjectId> {
+    want.names.iter().find_map(|name| {
+        remote_refs.iter().find_map(|r| {
+            let (ref_name, target, peeled) = r.unpack();
+            (ref_name == name.as_bytes().as_bstr())
+                .then(|| peeled.or(target).map(ToOwned::to_owned))?
+        })
+    })
+}
+
+fn revision_not_found(req: &FetchRequest, redactor: &Redactor, shown_url: &str) -> GitError {
+    GitError::RevisionNotFound {
+        revision: redactor.redact(&req.revision),
+        url: shown_url.to_owned(),
     }
-    prepare
-        .with_shallow(shallow)
-        .receive(gix::progress::Discard, &watchdog.flag)
-        .map_err(|e| fail(&e))?;
-    drop(ssh);
-    if !repo.has_object(commit) {
-        return Err(GitError::RevisionNotFound {
-            revision: redactor.redact(&req.revision),
-            url: shown_url.to_owned(),
-        });
-    }
-    ensure_commit(repo, commit, req, redactor, shown_url)?;
-    Ok(Outcome { commit, fetched: true, refs_listed })
 }
 
 fn http_options(req: &FetchRequest, redactor: &Redactor) -> Result<http::Options, GitError> {
