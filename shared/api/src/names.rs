@@ -254,7 +254,7 @@ pub enum EventReason {
     DeploymentHealthy,
     Diagnosed,
     HealthDegraded,
-    /// A rollback began; `automatic` decides the type (DESIGN ruling 3).
+    /// A rollback began; `automatic` decides the type (docs/decisions.md#ruling-3).
     RollbackStarted {
         automatic: bool,
     },
