@@ -11,12 +11,20 @@
 //! | [`url`] | which Git URLs are accepted, and the credential scope of each |
 //! | [`credentials`] | Git credentials from a labelled Secret |
 //! | [`discovery`] | `.ksync.yaml` parsing and which Applications to create, update or delete |
+//! | [`desired`] | normalising and validating rendered objects, and `desiredStateHash` |
+//! | [`order`] | the order objects are applied (stages, waves, kinds) and deleted in |
+//! | [`prune`] | which managed objects a sync prunes, and which it keeps and why |
+//! | [`field_manager`] | an Application's server-side apply field manager |
 //! | [`repository`] | a Repository reconcile's status, Events and writes |
 
 pub mod conditions;
 pub mod credentials;
+pub mod desired;
 pub mod discovery;
 pub mod duration;
+pub mod field_manager;
+pub mod order;
+pub mod prune;
 pub mod redact;
 pub mod repository;
 pub mod url;
