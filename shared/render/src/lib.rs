@@ -1,0 +1,5 @@
+//! Kuvryn Sync's renderers: from a checked-out commit and an Application's `spec.source` to the
+//! objects it declares ([`kuvryn_sync_core::desired::Rendered`]), which `core::desired` then
+//! normalises and validates. So far: `type: yaml` ([`yaml`]).
+
+pub mod yaml;
