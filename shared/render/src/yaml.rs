@@ -277,7 +277,7 @@ fn strip_quoted(text: &str) -> String {
         match (quote, c) {
             (None, '`' | '"') => {
                 quote = Some(c);
-                out.push_str("…");
+                out.push('…');
             }
             (Some(q), c) if c == q => quote = None,
             (Some(_), _) => {}
