@@ -13,6 +13,7 @@
 //! | [`discovery`] | `.ksync.yaml` parsing and which Applications to create, update or delete |
 //! | [`desired`] | normalising and validating rendered objects, and `desiredStateHash` |
 //! | [`order`] | the order objects are applied (stages, waves, kinds) and deleted in |
+//! | [`plan`] | a plan's actions, changed fields, conflicts, summary and digest |
 //! | [`prune`] | which managed objects a sync prunes, and which it keeps and why |
 //! | [`field_manager`] | an Application's server-side apply field manager |
 //! | [`repository`] | a Repository reconcile's status, Events and writes |
@@ -24,6 +25,7 @@ pub mod discovery;
 pub mod duration;
 pub mod field_manager;
 pub mod order;
+pub mod plan;
 pub mod prune;
 pub mod redact;
 pub mod repository;

@@ -93,8 +93,13 @@ pub fn apply_groups(objects: &[DesiredObject]) -> Vec<ApplyGroup> {
 /// before their CRDs, workloads before the Secrets they mount, Namespaces last).
 pub fn delete_order(keys: &[ObjectKey]) -> Vec<ObjectKey> {
     let mut sorted = keys.to_vec();
-    sorted.sort_by(|a, b| apply_key(b).cmp(&apply_key(a)));
+    sort_for_deletion(&mut sorted, |key| key);
     sorted
+}
+
+/// Sort `items` into deletion order by the object key each one has.
+pub fn sort_for_deletion<T>(items: &mut [T], key: impl Fn(&T) -> &ObjectKey) {
+    items.sort_by(|a, b| apply_key(key(b)).cmp(&apply_key(key(a))));
 }
 
 #[cfg(test)]

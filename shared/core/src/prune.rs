@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::desired::{GroupKind, ObjectKey};
-use crate::order::delete_order;
+use crate::order::sort_for_deletion;
 
 /// Kinds a sync never prunes.
 pub const HIGH_RISK_KINDS: &[(&str, &str)] = &[
@@ -31,6 +31,8 @@ pub const MAX_NAMED: usize = 5;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ManagedObject {
     pub key: ObjectKey,
+    /// Its `apiVersion`, as listed.
+    pub api_version: String,
     /// Whether it is annotated `sync.kuvryn.io/prune: disabled`.
     pub prune_disabled: bool,
 }
@@ -63,9 +65,9 @@ impl fmt::Display for KeepReason {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PrunePlan {
     /// To delete, in deletion order.
-    pub delete: Vec<ObjectKey>,
+    pub delete: Vec<ManagedObject>,
     /// Kept, with the reason, sorted by key.
-    pub keep: Vec<(ObjectKey, KeepReason)>,
+    pub keep: Vec<(ManagedObject, KeepReason)>,
 }
 
 impl PrunePlan {
@@ -75,7 +77,7 @@ impl PrunePlan {
             return None;
         }
         let named: Vec<String> =
-            self.keep.iter().take(MAX_NAMED).map(|(key, _)| key.to_string()).collect();
+            self.keep.iter().take(MAX_NAMED).map(|(object, _)| object.key.to_string()).collect();
         let more = self.keep.len().saturating_sub(MAX_NAMED);
         let tail = if more > 0 { format!(" and {more} more") } else { String::new() };
         Some(format!(
@@ -105,15 +107,16 @@ pub fn plan_prune(
             continue;
         }
         if is_high_risk(&object.key.group_kind) {
-            keep.push((object.key.clone(), KeepReason::HighRisk));
+            keep.push((object.clone(), KeepReason::HighRisk));
         } else if object.prune_disabled {
-            keep.push((object.key.clone(), KeepReason::PruneDisabled));
+            keep.push((object.clone(), KeepReason::PruneDisabled));
         } else {
-            delete.push(object.key.clone());
+            delete.push(object.clone());
         }
     }
-    keep.sort_by(|a, b| a.0.cmp(&b.0));
-    PrunePlan { delete: delete_order(&delete), keep }
+    keep.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+    sort_for_deletion(&mut delete, |object| &object.key);
+    PrunePlan { delete, keep }
 }
 
 #[cfg(test)]
@@ -125,7 +128,8 @@ mod tests {
     }
 
     fn managed(group: &str, kind: &str, name: &str, prune_disabled: bool) -> ManagedObject {
-        ManagedObject { key: key(group, kind, name), prune_disabled }
+        let api_version = if group.is_empty() { "v1".to_owned() } else { format!("{group}/v1") };
+        ManagedObject { key: key(group, kind, name), api_version, prune_disabled }
     }
 
     fn kinds(list: &[(&str, &str)]) -> BTreeSet<GroupKind> {
@@ -167,8 +171,8 @@ mod tests {
         let live: Vec<ManagedObject> = rows.iter().map(|(m, _, _)| m.clone()).collect();
         let plan = plan_prune(&desired, &all_kinds, &live);
         for (object, _, expected) in &rows {
-            let deleted = plan.delete.contains(&object.key);
-            let kept = plan.keep.iter().find(|(k, _)| *k == object.key).map(|(_, r)| *r);
+            let deleted = plan.delete.iter().any(|d| d.key == object.key);
+            let kept = plan.keep.iter().find(|(k, _)| k.key == object.key).map(|(_, r)| *r);
             let found = match (deleted, kept) {
                 (true, None) => "delete",
                 (false, Some(KeepReason::HighRisk)) => "keep: high-risk",
@@ -180,15 +184,16 @@ mod tests {
         }
         // Deletion order: workloads before configuration.
         assert_eq!(
-            plan.delete.iter().map(|k| k.group_kind.kind.as_str()).collect::<Vec<_>>(),
+            plan.delete.iter().map(|d| d.key.group_kind.kind.as_str()).collect::<Vec<_>>(),
             vec!["Deployment", "ConfigMap"]
         );
     }
 
     #[test]
     fn the_event_names_at_most_five_and_counts_the_rest() {
-        let keep: Vec<(ObjectKey, KeepReason)> =
-            (0..7).map(|n| (key("", "Secret", &format!("s{n}")), KeepReason::HighRisk)).collect();
+        let keep: Vec<(ManagedObject, KeepReason)> = (0..7)
+            .map(|n| (managed("", "Secret", &format!("s{n}"), false), KeepReason::HighRisk))
+            .collect();
         let plan = PrunePlan { delete: vec![], keep };
         let message = plan.skipped_message().expect("a message");
         assert_eq!(

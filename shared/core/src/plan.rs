@@ -1,0 +1,395 @@
+//! The plan: what a sync will change, computed before anything changes.
+//!
+//! For each desired object the apply layer makes a server-side dry-run apply (as the
+//! Application's service account, under its field manager) and reads the live object; this
+//! module compares the two and decides the action: `Create` when there is no live object,
+//! `Update` with the paths of the fields that change, `Unchanged` otherwise. Prune adds `Delete`
+//! for what it removes and `Unchanged` with a warning for what it keeps. Conflicts with other
+//! field managers are listed per field; fields held only by `before-first-apply` (what a
+//! client-side `kubectl apply` or a create left behind) are never conflicts.
+//!
+//! The plan never holds a value, only field paths: nothing in it can leak a Secret. Its digest is
+//! `sha256:` and the hex digest of the desired-state hash and the full plan's canonical JSON, so
+//! an approval binds to exactly this desired state and these changes. The Revision stores a
+//! bounded summary ([`Plan::summary`]).
+
+use std::collections::BTreeSet;
+
+use kuvryn_sync_api::{AdoptedField, PlanAction, PlanChange, PlanSummary, ResourceRef};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::desired::ObjectKey;
+use crate::prune::{ManagedObject, PrunePlan};
+
+/// The manager Kubernetes records for fields set before server-side apply tracked them.
+pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
+/// At most this many changes are stored in a Revision's summary.
+pub const MAX_SUMMARY_CHANGES: usize = 100;
+
+/// At most this many field paths are stored per change.
+pub const MAX_FIELDS: usize = 20;
+
+/// Fields the API server maintains: never a change of ours.
+const SERVER_FIELDS: &[&str] = &[
+    ".metadata.managedFields",
+    ".metadata.resourceVersion",
+    ".metadata.generation",
+    ".metadata.uid",
+    ".metadata.creationTimestamp",
+    ".metadata.selfLink",
+    ".status",
+];
+
+/// A field another manager holds, which the apply would take.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FieldConflict {
+    /// The field path, such as `.spec.replicas`.
+    pub field: String,
+    /// The manager holding it.
+    pub manager: String,
+}
+
+/// What the apply layer found out about one desired object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    pub key: ObjectKey,
+    /// The object's `apiVersion`.
+    pub api_version: String,
+    pub wave: i64,
+    pub found: Found,
+}
+
+/// The live object and the dry-run result.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Found {
+    /// No live object: the apply creates it.
+    Absent,
+    /// A live object, and what it would be after the apply. `adopted` lists fields the apply takes
+    /// from other managers (under `conflictPolicy: adopt`, from a dry run without force).
+    Present { live: Value, dry_run: Value, adopted: Vec<FieldConflict> },
+    /// The dry run (without force) was refused for these fields.
+    Conflicts(Vec<FieldConflict>),
+}
+
+/// A whole plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Every change, in object order, deletions last.
+    pub changes: Vec<PlanChange>,
+    /// Objects whose apply conflicts with other managers, with the fields; empty under adopt.
+    pub conflicts: Vec<(ObjectKey, Vec<FieldConflict>)>,
+    /// See the module documentation.
+    pub digest: String,
+}
+
+impl Plan {
+    /// The bounded summary a Revision stores.
+    pub fn summary(&self) -> PlanSummary {
+        let count =
+            |action: PlanAction| self.changes.iter().filter(|c| c.action == action).count() as i64;
+        PlanSummary {
+            digest: self.digest.clone(),
+            create: count(PlanAction::Create),
+            update: count(PlanAction::Update),
+            delete: count(PlanAction::Delete),
+            unchanged: count(PlanAction::Unchanged),
+            changes: self.changes.iter().take(MAX_SUMMARY_CHANGES).cloned().collect(),
+            truncated: self.changes.len() > MAX_SUMMARY_CHANGES,
+        }
+    }
+}
+
+/// Conflicts that count: every field held by a manager other than [`BEFORE_FIRST_APPLY`].
+pub fn real_conflicts(conflicts: &[FieldConflict]) -> Vec<FieldConflict> {
+    let mut real: Vec<FieldConflict> =
+        conflicts.iter().filter(|c| c.manager != BEFORE_FIRST_APPLY).cloned().collect();
+    real.sort();
+    real.dedup();
+    real
+}
+
+/// Build the plan for `desired_hash` from the observations and the prune decision.
+pub fn plan(desired_hash: &str, observations: &[Observation], prune: &PrunePlan) -> Plan {
+    let mut changes = Vec::new();
+    let mut conflicts = Vec::new();
+    for observation in observations {
+        let (action, fields, adopted) = match &observation.found {
+            Found::Absent => (PlanAction::Create, Vec::new(), Vec::new()),
+            Found::Present { live, dry_run, adopted } => {
+                let fields = changed_fields(live, dry_run);
+                let action =
+                    if fields.is_empty() { PlanAction::Unchanged } else { PlanAction::Update };
+                (action, fields, real_conflicts(adopted))
+            }
+            Found::Conflicts(found) => {
+                let real = real_conflicts(found);
+                let fields = real.iter().map(|c| c.field.clone()).collect();
+                if !real.is_empty() {
+                    conflicts.push((observation.key.clone(), real));
+                }
+                (PlanAction::Update, fields, Vec::new())
+            }
+        };
+        changes.push(change(observation, action, fields, adopted, None));
+    }
+    for object in &prune.delete {
+        changes.push(pruned(object, PlanAction::Delete, None));
+    }
+    for (object, reason) in &prune.keep {
+        changes.push(pruned(object, PlanAction::Unchanged, Some(reason.to_string())));
+    }
+    let digest = digest(desired_hash, &changes);
+    Plan { changes, conflicts, digest }
+}
+
+fn change(
+    observation: &Observation,
+    action: PlanAction,
+    mut fields: Vec<String>,
+    adopted: Vec<FieldConflict>,
+    warning: Option<String>,
+) -> PlanChange {
+    fields.truncate(MAX_FIELDS);
+    PlanChange {
+        resource: resource_ref(&observation.key, &observation.api_version),
+        action,
+        wave: observation.wave.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
+        fields,
+        adopted: adopted
+            .into_iter()
+            .take(MAX_FIELDS)
+            .map(|c| AdoptedField { field: c.field, previous_manager: c.manager })
+            .collect(),
+        warning,
+    }
+}
+
+/// A change for a pruned object, or one prune keeps.
+fn pruned(object: &ManagedObject, action: PlanAction, warning: Option<String>) -> PlanChange {
+    PlanChange {
+        resource: resource_ref(&object.key, &object.api_version),
+        action,
+        wave: 0,
+        fields: Vec::new(),
+        adopted: Vec::new(),
+        warning,
+    }
+}
+
+fn resource_ref(key: &ObjectKey, api_version: &str) -> ResourceRef {
+    ResourceRef {
+        api_version: api_version.to_owned(),
+        kind: key.group_kind.kind.clone(),
+        namespace: key.namespace.clone().unwrap_or_default(),
+        name: key.name.clone(),
+    }
+}
+
+/// The paths (`.spec.replicas`, `.data.password`, `.spec.ports[1]`) where `after` differs from
+/// `before`, most specific first, sorted; fields the API server maintains are ignored. Lists are
+/// compared by position.
+pub fn changed_fields(before: &Value, after: &Value) -> Vec<String> {
+    let mut paths = BTreeSet::new();
+    diff(before, after, String::new(), &mut paths);
+    paths.into_iter().collect()
+}
+
+fn diff(before: &Value, after: &Value, path: String, out: &mut BTreeSet<String>) {
+    if SERVER_FIELDS.contains(&path.as_str()) || before == after {
+        return;
+    }
+    match (before, after) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            for key in keys {
+                let child = format!("{path}.{key}");
+                diff(
+                    a.get(key).unwrap_or(&Value::Null),
+                    b.get(key).unwrap_or(&Value::Null),
+                    child,
+                    out,
+                );
+            }
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => {
+            for (n, (x, y)) in a.iter().zip(b).enumerate() {
+                diff(x, y, format!("{path}[{n}]"), out);
+            }
+        }
+        _ => {
+            out.insert(if path.is_empty() { ".".to_owned() } else { path });
+        }
+    }
+}
+
+/// `sha256:<hex>` over the desired-state hash and the plan's canonical JSON.
+fn digest(desired_hash: &str, changes: &[PlanChange]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(desired_hash.as_bytes());
+    hasher.update(b"\n");
+    // serde_json serialises struct fields in declaration order: stable for these types.
+    let plan = serde_json::to_string(changes).unwrap_or_default();
+    hasher.update(plan.as_bytes());
+    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::desired::GroupKind;
+    use crate::prune::KeepReason;
+    use serde_json::json;
+
+    fn key(kind: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            group_kind: GroupKind::new("", kind),
+            namespace: Some("web".into()),
+            name: name.into(),
+        }
+    }
+
+    fn observed(kind: &str, name: &str, found: Found) -> Observation {
+        Observation { key: key(kind, name), api_version: "v1".into(), wave: 0, found }
+    }
+
+    fn managed(kind: &str, name: &str) -> ManagedObject {
+        ManagedObject { key: key(kind, name), api_version: "v1".into(), prune_disabled: false }
+    }
+
+    fn conflict(field: &str, manager: &str) -> FieldConflict {
+        FieldConflict { field: field.into(), manager: manager.into() }
+    }
+
+    #[test]
+    fn changed_fields_name_paths_not_values_and_ignore_server_fields() {
+        let live = json!({
+            "metadata": {"name": "db", "resourceVersion": "5", "managedFields": [{"manager": "a"}],
+                         "labels": {"a": "1"}},
+            "data": {"password": "b2xk", "user": "YQ=="},
+            "spec": {"ports": [{"port": 80}, {"port": 443}]},
+            "status": {"phase": "Old"},
+        });
+        let after = json!({
+            "metadata": {"name": "db", "resourceVersion": "6", "managedFields": [{"manager": "b"}],
+                         "labels": {"a": "1", "b": "2"}},
+            "data": {"password": "bmV3", "user": "YQ=="},
+            "spec": {"ports": [{"port": 80}, {"port": 8443}]},
+            "status": {"phase": "New"},
+        });
+        assert_eq!(
+            changed_fields(&live, &after),
+            vec![".data.password", ".metadata.labels.b", ".spec.ports[1].port"]
+        );
+        assert!(changed_fields(&live, &live).is_empty());
+        // A list of another length changes as a whole.
+        let two = json!({"spec": {"ports": [80, 443]}});
+        let three = json!({"spec": {"ports": [80, 443, 9]}});
+        assert_eq!(changed_fields(&two, &three), vec![".spec.ports"]);
+    }
+
+    #[test]
+    fn actions_follow_what_was_found_and_prune_comes_last() {
+        let same = json!({"data": {"a": "1"}});
+        let observations = vec![
+            observed("ConfigMap", "new", Found::Absent),
+            observed(
+                "ConfigMap",
+                "same",
+                Found::Present { live: same.clone(), dry_run: same.clone(), adopted: vec![] },
+            ),
+            observed(
+                "ConfigMap",
+                "changed",
+                Found::Present {
+                    live: same.clone(),
+                    dry_run: json!({"data": {"a": "2"}}),
+                    adopted: vec![
+                        conflict(".data.a", "kubectl-edit"),
+                        conflict(".data.b", BEFORE_FIRST_APPLY),
+                    ],
+                },
+            ),
+        ];
+        let prune = PrunePlan {
+            delete: vec![managed("ConfigMap", "old")],
+            keep: vec![(managed("Secret", "db"), KeepReason::HighRisk)],
+        };
+        let plan = plan("sha256:desired", &observations, &prune);
+        let rows: Vec<(&str, PlanAction, Vec<String>, bool)> = plan
+            .changes
+            .iter()
+            .map(|c| (c.resource.name.as_str(), c.action, c.fields.clone(), c.warning.is_some()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("new", PlanAction::Create, vec![], false),
+                ("same", PlanAction::Unchanged, vec![], false),
+                ("changed", PlanAction::Update, vec![".data.a".to_owned()], false),
+                ("old", PlanAction::Delete, vec![], false),
+                ("db", PlanAction::Unchanged, vec![], true),
+            ]
+        );
+        assert_eq!(
+            plan.changes[2].adopted,
+            vec![AdoptedField { field: ".data.a".into(), previous_manager: "kubectl-edit".into() }],
+            "before-first-apply is taken without being listed"
+        );
+        assert!(plan.conflicts.is_empty());
+        let summary = plan.summary();
+        assert_eq!(
+            (summary.create, summary.update, summary.delete, summary.unchanged),
+            (1, 1, 1, 2)
+        );
+        assert!(!summary.truncated);
+        assert_eq!(summary.digest, plan.digest);
+    }
+
+    #[test]
+    fn conflicts_name_field_and_manager_and_before_first_apply_is_never_one() {
+        let observations = vec![
+            observed(
+                "ConfigMap",
+                "shared",
+                Found::Conflicts(vec![
+                    conflict(".data.a", "kuvryn-sync/team/other"),
+                    conflict(".data.b", BEFORE_FIRST_APPLY),
+                ]),
+            ),
+            observed(
+                "ConfigMap",
+                "legacy",
+                Found::Conflicts(vec![conflict(".data.x", BEFORE_FIRST_APPLY)]),
+            ),
+        ];
+        let plan = plan("h", &observations, &PrunePlan::default());
+        assert_eq!(
+            plan.conflicts,
+            vec![(key("ConfigMap", "shared"), vec![conflict(".data.a", "kuvryn-sync/team/other")])]
+        );
+    }
+
+    #[test]
+    fn the_digest_binds_desired_state_and_every_change() {
+        let absent = vec![observed("ConfigMap", "a", Found::Absent)];
+        let base = plan("sha256:one", &absent, &PrunePlan::default()).digest;
+        assert_eq!(base, plan("sha256:one", &absent, &PrunePlan::default()).digest, "stable");
+        assert_ne!(base, plan("sha256:two", &absent, &PrunePlan::default()).digest);
+        let pruning = PrunePlan { delete: vec![managed("ConfigMap", "b")], keep: vec![] };
+        assert_ne!(base, plan("sha256:one", &absent, &pruning).digest);
+        assert!(base.starts_with("sha256:") && base.len() == 71, "{base}");
+    }
+
+    #[test]
+    fn the_summary_is_bounded_and_counts_everything() {
+        let observations: Vec<Observation> =
+            (0..150).map(|n| observed("ConfigMap", &format!("c{n}"), Found::Absent)).collect();
+        let summary = plan("h", &observations, &PrunePlan::default()).summary();
+        assert_eq!(summary.create, 150);
+        assert_eq!(summary.changes.len(), MAX_SUMMARY_CHANGES);
+        assert!(summary.truncated);
+    }
+}
