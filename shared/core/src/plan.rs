@@ -110,6 +110,40 @@ pub fn real_conflicts(conflicts: &[FieldConflict]) -> Vec<FieldConflict> {
     real
 }
 
+/// The conflicts in the message of a server-side apply refused with 409 Conflict: one line
+/// `Apply failed with 1 conflict: conflict with "MANAGER"[ using VERSION[ at TIME]]: FIELD`, or a
+/// header followed by `conflicts with "MANAGER"…:` lines each followed by `- FIELD` lines. The
+/// API server's Status also carries them as causes, but clients such as kube-rs keep only the
+/// message, so it is read here (hand-written: no library parses it). Unparsable text gives none.
+pub fn parse_conflict_message(message: &str) -> Vec<FieldConflict> {
+    let mut found = Vec::new();
+    let Some((_, body)) = message.split_once(": ") else { return found };
+    if let Some(single) = body.strip_prefix("conflict with ") {
+        if let Some((manager, rest)) = quoted_manager(single)
+            && let Some((_, field)) = rest.rsplit_once(": ")
+        {
+            found.push(FieldConflict { field: field.trim().to_owned(), manager });
+        }
+        return found;
+    }
+    let mut manager: Option<String> = None;
+    for line in body.lines() {
+        if let Some(header) = line.trim().strip_prefix("conflicts with ") {
+            manager = quoted_manager(header).map(|(m, _)| m);
+        } else if let (Some(field), Some(manager)) = (line.trim().strip_prefix("- "), &manager) {
+            found.push(FieldConflict { field: field.trim().to_owned(), manager: manager.clone() });
+        }
+    }
+    found
+}
+
+/// A leading `"MANAGER"`, and what follows it.
+fn quoted_manager(text: &str) -> Option<(String, &str)> {
+    let rest = text.trim_start().strip_prefix('"')?;
+    let end = rest.find('"')?;
+    Some((rest[..end].to_owned(), &rest[end + 1..]))
+}
+
 /// Build the plan for `desired_hash` from the observations and the prune decision.
 pub fn plan(desired_hash: &str, observations: &[Observation], prune: &PrunePlan) -> Plan {
     let mut changes = Vec::new();
@@ -381,6 +415,39 @@ mod tests {
         let pruning = PrunePlan { delete: vec![managed("ConfigMap", "b")], keep: vec![] };
         assert_ne!(base, plan("sha256:one", &absent, &pruning).digest);
         assert!(base.starts_with("sha256:") && base.len() == 71, "{base}");
+    }
+
+    #[test]
+    fn conflict_messages_of_the_api_server_are_read() {
+        let cases: Vec<(&str, Vec<FieldConflict>)> = vec![
+            (
+                "Apply failed with 1 conflict: conflict with \"kubectl-edit\" using v1: .data.a",
+                vec![conflict(".data.a", "kubectl-edit")],
+            ),
+            (
+                "Apply failed with 1 conflict: conflict with \"kuvryn-sync/team/other\": .spec.replicas",
+                vec![conflict(".spec.replicas", "kuvryn-sync/team/other")],
+            ),
+            (
+                "Apply failed with 1 conflict: conflict with \"kubectl\" using apps/v1 at \
+                 2026-01-02T03:04:05Z: .spec.template.spec.containers[name=\"app\"].image",
+                vec![conflict(".spec.template.spec.containers[name=\"app\"].image", "kubectl")],
+            ),
+            (
+                "Apply failed with 3 conflicts: conflicts with \"a\" using apps/v1:\n- .spec.replicas\n\
+                 - .spec.paused\nconflicts with \"b\":\n- .metadata.labels.tier",
+                vec![
+                    conflict(".spec.replicas", "a"),
+                    conflict(".spec.paused", "a"),
+                    conflict(".metadata.labels.tier", "b"),
+                ],
+            ),
+            ("the server is on fire", vec![]),
+            ("Operation cannot be fulfilled: the object has been modified", vec![]),
+        ];
+        for (message, expected) in cases {
+            assert_eq!(parse_conflict_message(message), expected, "{message}");
+        }
     }
 
     #[test]
