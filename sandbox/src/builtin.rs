@@ -60,6 +60,14 @@ pub fn default_pod_spec(spec: &mut Value) {
     set_default(spec, "dnsPolicy", json!("ClusterFirst"));
     set_default(spec, "securityContext", json!({}));
     set_default(spec, "schedulerName", json!("default-scheduler"));
+    // A volume without a source is an emptyDir (SetDefaults_Volume).
+    if let Some(vs) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+        for v in vs {
+            if v.as_object().is_some_and(|m| m.keys().all(|k| k == "name")) {
+                set_default(v, "emptyDir", json!({}));
+            }
+        }
+    }
     for list in ["containers", "initContainers"] {
         if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for c in cs {

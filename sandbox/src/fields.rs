@@ -292,19 +292,25 @@ impl Entry {
 }
 
 pub fn decode(obj: &Value) -> Vec<Entry> {
-    obj.pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|e| Entry {
-            manager: e["manager"].as_str().unwrap_or_default().to_string(),
-            operation: e["operation"].as_str().unwrap_or("Update").to_string(),
-            api_version: e["apiVersion"].as_str().unwrap_or_default().to_string(),
-            time: e["time"].as_str().map(str::to_string),
-            subresource: e["subresource"].as_str().unwrap_or_default().to_string(),
-            set: from_fields_v1(&e["fieldsV1"]),
-        })
-        .collect()
+    let all =
+        obj.pointer("/metadata/managedFields").and_then(Value::as_array).into_iter().flatten().map(
+            |e| Entry {
+                manager: e["manager"].as_str().unwrap_or_default().to_string(),
+                operation: e["operation"].as_str().unwrap_or("Update").to_string(),
+                api_version: e["apiVersion"].as_str().unwrap_or_default().to_string(),
+                time: e["time"].as_str().map(str::to_string),
+                subresource: e["subresource"].as_str().unwrap_or_default().to_string(),
+                set: from_fields_v1(&e["fieldsV1"]),
+            },
+        );
+    // One entry per manager identity (name, operation, subresource and, for updates, apiVersion):
+    // a later duplicate replaces an earlier one, as kube-apiserver's decoding does.
+    let mut out: Vec<Entry> = vec![];
+    for e in all {
+        out.retain(|o| !o.same_identity(&e.manager, &e.operation, &e.api_version, &e.subresource));
+        out.push(e);
+    }
+    out
 }
 
 pub fn encode(entries: &mut Vec<Entry>) -> Value {

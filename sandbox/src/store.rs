@@ -514,6 +514,15 @@ impl Store {
         }
         drop(st);
         let ts = now();
+        // managedFields a create sends are kept (kube-apiserver decodes them like an update's).
+        let client_mf: Vec<Value> = obj
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.get("manager").is_some())
+            .cloned()
+            .collect();
         {
             let m =
                 obj["metadata"].as_object_mut().ok_or_else(|| ApiError::internal("metadata"))?;
@@ -552,7 +561,9 @@ impl Store {
             now: &ts,
             custom: ri.custom,
         };
-        fields::record_update(None, &mut obj, schema_node(ri), &who);
+        let base =
+            (!client_mf.is_empty()).then(|| json!({"metadata": {"managedFields": client_mf}}));
+        fields::record_update(base.as_ref(), &mut obj, schema_node(ri), &who);
         Ok(Pending { ri: ri.clone(), key, old: None, obj, subresource: String::new() })
     }
 
