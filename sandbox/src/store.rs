@@ -142,7 +142,7 @@ fn strip_for_generation(ri: &ResourceInfo, o: &Value) -> Value {
     let annotations = o.pointer("/metadata/annotations").cloned();
     if let Some(m) = c.as_object_mut() {
         m.remove("metadata");
-        if !(ri.custom && !ri.status) {
+        if !ri.custom || ri.status {
             m.remove("status");
         }
         if ri.group == "apps" && ri.plural == "deployments" {
