@@ -60,6 +60,22 @@ pub fn default_pod_spec(spec: &mut Value) {
     set_default(spec, "dnsPolicy", json!("ClusterFirst"));
     set_default(spec, "securityContext", json!({}));
     set_default(spec, "schedulerName", json!("default-scheduler"));
+    // A volume without a source is an emptyDir (SetDefaults_Volume).
+    if let Some(vs) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+        for v in vs {
+            if v.as_object().is_some_and(|m| m.keys().all(|k| k == "name")) {
+                set_default(v, "emptyDir", json!({}));
+            }
+            // File modes of projected sources default to 0644 (SetDefaults_*VolumeSource).
+            for src in ["secret", "configMap", "projected", "downwardAPI"] {
+                if let Some(sv) = v.get_mut(src)
+                    && sv.is_object()
+                {
+                    set_default(sv, "defaultMode", json!(420));
+                }
+            }
+        }
+    }
     for list in ["containers", "initContainers"] {
         if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for c in cs {
@@ -78,6 +94,33 @@ pub fn default_pod_spec(spec: &mut Value) {
                 if let Some(ps) = c.get_mut("ports").and_then(Value::as_array_mut) {
                     for p in ps {
                         set_default(p, "protocol", json!("TCP"));
+                    }
+                }
+                // SetDefaults_Probe and SetDefaults_HTTPGetAction.
+                for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+                    if let Some(pr) = c.get_mut(probe)
+                        && pr.is_object()
+                    {
+                        set_default(pr, "timeoutSeconds", json!(1));
+                        set_default(pr, "periodSeconds", json!(10));
+                        set_default(pr, "successThreshold", json!(1));
+                        set_default(pr, "failureThreshold", json!(3));
+                        if let Some(h) = pr.get_mut("httpGet")
+                            && h.is_object()
+                        {
+                            set_default(h, "path", json!("/"));
+                            set_default(h, "scheme", json!("HTTP"));
+                        }
+                    }
+                }
+                // SetDefaults_ObjectFieldSelector.
+                if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
+                    for e in env {
+                        if let Some(f) = e.pointer_mut("/valueFrom/fieldRef")
+                            && f.is_object()
+                        {
+                            set_default(f, "apiVersion", json!("v1"));
+                        }
                     }
                 }
             }
@@ -154,6 +197,11 @@ pub fn apply_defaults(ri: &ResourceInfo, obj: &mut Value) {
                     "updateStrategy",
                     json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
                 );
+                set_default(
+                    spec,
+                    "persistentVolumeClaimRetentionPolicy",
+                    json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+                );
             }
             default_template(obj);
         }
@@ -180,6 +228,17 @@ pub fn apply_defaults(ri: &ResourceInfo, obj: &mut Value) {
             }
             if let Some(spec) = obj.pointer_mut("/spec/template/spec") {
                 default_pod_spec(spec);
+            }
+        }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            // SetDefaults_Subject: users and groups are RBAC subjects.
+            if let Some(subjects) = obj.get_mut("subjects").and_then(Value::as_array_mut) {
+                for sub in subjects {
+                    // A ServiceAccount's group is "", which is not serialized.
+                    if matches!(sub["kind"].as_str(), Some("User" | "Group")) {
+                        set_default(sub, "apiGroup", json!("rbac.authorization.k8s.io"));
+                    }
+                }
             }
         }
         ("batch", "cronjobs") => {

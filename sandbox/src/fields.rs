@@ -25,12 +25,30 @@ fn ignored_meta(k: &str) -> bool {
     !matches!(k, "labels" | "annotations" | "ownerReferences" | "finalizers")
 }
 
+/// The default of a list-map key field the item leaves out. Kubernetes' only defaulted key is
+/// `protocol` (ContainerPort, ServicePort: `TCP`); structured-merge-diff keys an item by its
+/// defaulted key values
+/// (<https://kubernetes.io/docs/reference/using-api/server-side-apply/#merge-strategy>).
+fn key_default(k: &str) -> Option<Value> {
+    (k == "protocol").then(|| json!("TCP"))
+}
+
+/// The value of key field `k` of a list-map item, defaulted when absent.
+fn key_value(item: &Value, k: &str) -> Option<Value> {
+    item.get(k).cloned().or_else(|| key_default(k))
+}
+
+/// Whether a list-map item has the key of a `k:` path element.
+fn item_has_key(item: &Value, key: &Map<String, Value>) -> bool {
+    key.iter().all(|(kk, kv)| key_value(item, kk).as_ref() == Some(kv))
+}
+
 /// Key element for an associative-list item: `k:{"name":"x"}` with keys sorted.
 fn key_pe(item: &Value, keys: &[String]) -> String {
     let mut m = BTreeMap::new();
     for k in keys {
-        if let Some(v) = item.get(k) {
-            m.insert(k.clone(), v.clone());
+        if let Some(v) = key_value(item, k) {
+            m.insert(k.clone(), v);
         }
     }
     format!("k:{}", serde_json::to_string(&m).unwrap_or_default())
@@ -274,19 +292,25 @@ impl Entry {
 }
 
 pub fn decode(obj: &Value) -> Vec<Entry> {
-    obj.pointer("/metadata/managedFields")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|e| Entry {
-            manager: e["manager"].as_str().unwrap_or_default().to_string(),
-            operation: e["operation"].as_str().unwrap_or("Update").to_string(),
-            api_version: e["apiVersion"].as_str().unwrap_or_default().to_string(),
-            time: e["time"].as_str().map(str::to_string),
-            subresource: e["subresource"].as_str().unwrap_or_default().to_string(),
-            set: from_fields_v1(&e["fieldsV1"]),
-        })
-        .collect()
+    let all =
+        obj.pointer("/metadata/managedFields").and_then(Value::as_array).into_iter().flatten().map(
+            |e| Entry {
+                manager: e["manager"].as_str().unwrap_or_default().to_string(),
+                operation: e["operation"].as_str().unwrap_or("Update").to_string(),
+                api_version: e["apiVersion"].as_str().unwrap_or_default().to_string(),
+                time: e["time"].as_str().map(str::to_string),
+                subresource: e["subresource"].as_str().unwrap_or_default().to_string(),
+                set: from_fields_v1(&e["fieldsV1"]),
+            },
+        );
+    // One entry per manager identity (name, operation, subresource and, for updates, apiVersion):
+    // a later duplicate replaces an earlier one, as kube-apiserver's decoding does.
+    let mut out: Vec<Entry> = vec![];
+    for e in all {
+        out.retain(|o| !o.same_identity(&e.manager, &e.operation, &e.api_version, &e.subresource));
+        out.push(e);
+    }
+    out
 }
 
 pub fn encode(entries: &mut Vec<Entry>) -> Value {
@@ -333,6 +357,12 @@ pub struct Who<'a> {
 /// Record an Update (create, update, any non-apply patch) in `new`'s managedFields.
 pub fn record_update(old: Option<&Value>, new: &mut Value, node: Node<'_>, who: &Who<'_>) {
     let mut entries = old.map(decode).unwrap_or_default();
+    // An existing object without managedFields (they were reset) stays untracked until the next
+    // apply, which seeds `before-first-apply` (k8s.io/apiserver fieldmanager skipNonApplied).
+    if old.is_some() && entries.is_empty() {
+        set_entries(new, &mut entries);
+        return;
+    }
     let empty = json!({});
     let status_only = who.subresource == "status";
     let (changed, removed) = update_diff(old.unwrap_or(&empty), new, node, who.custom, status_only);
@@ -367,7 +397,53 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, node: Node<'_>, who: 
     set_entries(new, &mut entries);
 }
 
+/// At most this many Update entries are kept (k8s.io/apiserver fieldmanager
+/// `DefaultMaxUpdateManagers`); the oldest are merged into `ancient-changes`.
+const MAX_UPDATE_MANAGERS: usize = 10;
+const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Merge the oldest Update entries into one `ancient-changes` entry per apiVersion until at most
+/// [`MAX_UPDATE_MANAGERS`] Update entries remain.
+fn cap_updates(entries: &mut Vec<Entry>) {
+    entries.retain(|e| !e.set.is_empty());
+    let count = |es: &[Entry]| es.iter().filter(|e| e.operation == "Update").count();
+    while count(entries) > MAX_UPDATE_MANAGERS {
+        // Oldest first; a bucket itself is never merged away.
+        let Some(i) = entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.operation == "Update" && e.manager != ANCIENT_CHANGES)
+            .min_by(|(ia, a), (ib, b)| (&a.time, ia).cmp(&(&b.time, ib)))
+            .map(|(i, _)| i)
+        else {
+            return;
+        };
+        let old = entries.remove(i);
+        match entries.iter_mut().find(|e| {
+            e.manager == ANCIENT_CHANGES
+                && e.operation == "Update"
+                && e.api_version == old.api_version
+        }) {
+            Some(b) => {
+                b.set.extend(old.set);
+                if old.time > b.time {
+                    b.time = old.time;
+                }
+            }
+            None => entries.push(Entry {
+                manager: ANCIENT_CHANGES.into(),
+                operation: "Update".into(),
+                api_version: old.api_version,
+                time: old.time,
+                subresource: String::new(),
+                set: old.set,
+            }),
+        }
+    }
+}
+
 fn set_entries(obj: &mut Value, entries: &mut Vec<Entry>) {
+    cap_updates(entries);
     let enc = encode(entries);
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         if enc.as_array().is_some_and(|a| a.is_empty()) {
@@ -385,7 +461,7 @@ fn get_at<'v>(v: &'v Value, p: &[String]) -> Option<&'v Value> {
             cur.get(f)?
         } else if let Some(k) = pe.strip_prefix("k:") {
             let key: Map<String, Value> = serde_json::from_str(k).ok()?;
-            cur.as_array()?.iter().find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)))?
+            cur.as_array()?.iter().find(|it| item_has_key(it, &key))?
         } else if let Some(sv) = pe.strip_prefix("v:") {
             let val: Value = serde_json::from_str(sv).ok()?;
             cur.as_array()?.iter().find(|it| **it == val)?
@@ -408,9 +484,7 @@ fn remove_at(v: &mut Value, p: &[String]) {
             let Ok(key) = serde_json::from_str::<Map<String, Value>>(k) else {
                 return;
             };
-            cur.as_array_mut().and_then(|a| {
-                a.iter_mut().find(|it| key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)))
-            })
+            cur.as_array_mut().and_then(|a| a.iter_mut().find(|it| item_has_key(it, &key)))
         } else {
             None
         };
@@ -427,12 +501,24 @@ fn remove_at(v: &mut Value, p: &[String]) {
         if let (Ok(key), Some(a)) =
             (serde_json::from_str::<Map<String, Value>>(k), cur.as_array_mut())
         {
-            a.retain(|it| !key.iter().all(|(kk, kv)| it.get(kk) == Some(kv)));
+            a.retain(|it| !item_has_key(it, &key));
         }
     } else if let Some(sv) = last.strip_prefix("v:")
         && let (Ok(val), Some(a)) = (serde_json::from_str::<Value>(sv), cur.as_array_mut())
     {
         a.retain(|it| *it != val);
+    }
+}
+
+/// Remove the item (or field) at `p`; a list left empty goes too (`omitempty` lists of the
+/// built-in types are never stored empty).
+fn remove_item_at(v: &mut Value, p: &[String]) {
+    remove_at(v, p);
+    let Some((last, parent)) = p.split_last() else { return };
+    if (last.starts_with("k:") || last.starts_with("v:"))
+        && get_at(v, parent).and_then(Value::as_array).is_some_and(|a| a.is_empty())
+    {
+        remove_at(v, parent);
     }
 }
 
@@ -558,15 +644,27 @@ pub fn apply(
     dropped.sort_by_key(|p| p.len());
     let mut removed: Vec<&Path> = vec![];
     for p in dropped {
-        // A parent still (partly) owned by someone else stays.
-        if others.iter().any(|o| o.starts_with(p)) || new_set.iter().any(|o| o.starts_with(p)) {
+        // Still applied below: stays. A list item nobody else owns as an item goes whole, even
+        // when another manager set fields inside it (structured-merge-diff removes the item, not
+        // just the fields the applier owned, which would leave a keyless stub). Another field
+        // still (partly) owned by someone else stays.
+        let item = p.last().is_some_and(|l| l.starts_with("k:") || l.starts_with("v:"));
+        if new_set.iter().any(|o| o.starts_with(p))
+            || (!item && others.iter().any(|o| o.starts_with(p)))
+        {
             continue;
         }
         if removed.iter().any(|r| p.starts_with(r)) {
             continue;
         }
-        remove_at(&mut merged, p);
+        remove_item_at(&mut merged, p);
         removed.push(p);
+    }
+    // Nobody owns what is gone.
+    if !removed.is_empty() {
+        for e in entries.iter_mut().filter(|e| !me(e)) {
+            e.set.retain(|q| !removed.iter().any(|r| q.starts_with(r)));
+        }
     }
     match entries.iter_mut().find(|e| me(e)) {
         Some(e) => {
@@ -629,6 +727,89 @@ fn conflict_error(
         format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
     };
     mk(message, causes)
+}
+
+/// Fields of an apply configuration its schema does not declare, as structured-merge-diff's
+/// typed conversion names them (`.spec.replcas`,
+/// `.spec.template.spec.containers[name="app"].imagePullPolcy`).
+pub fn undeclared_fields(applied: &Value, node: Node<'_>) -> Vec<String> {
+    fn walk(v: &Value, node: Node<'_>, path: &mut Path, out: &mut Vec<String>) {
+        let Some(s) = node.s else { return };
+        if s.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true) {
+            return;
+        }
+        match v {
+            Value::Object(m) => {
+                let props = s.get("properties").and_then(Value::as_object);
+                let addl = s
+                    .get("additionalProperties")
+                    .is_some_and(|a| a.is_object() || a == &Value::Bool(true));
+                for (k, c) in m {
+                    let top = path.is_empty() && ignored_top(k);
+                    let known = props.is_some_and(|pp| pp.contains_key(k))
+                        || addl
+                        || top
+                        || (path.is_empty() && node.root && k == "metadata");
+                    path.push(format!("f:{k}"));
+                    if !known && props.is_some() {
+                        out.push(path_string(path));
+                    } else if known && !top {
+                        walk(c, node.prop(k), path, out);
+                    }
+                    path.pop();
+                }
+            }
+            Value::Array(a) => {
+                let inode = node.items();
+                let kind = node.list_kind();
+                for (i, it) in a.iter().enumerate() {
+                    path.push(match &kind {
+                        ListKind::Map(keys) => key_pe(it, keys),
+                        _ => format!("i:{i}"),
+                    });
+                    walk(it, inode, path, out);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = vec![];
+    walk(applied, node, &mut vec![], &mut out);
+    out
+}
+
+/// Remove the fields the schema does not declare (what decoding into the built-in types drops).
+pub fn drop_undeclared(obj: &mut Value, node: Node<'_>) {
+    let Some(s) = node.s else { return };
+    if s.get("x-kubernetes-preserve-unknown-fields").and_then(Value::as_bool) == Some(true) {
+        return;
+    }
+    match obj {
+        Value::Object(m) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            let addl = s
+                .get("additionalProperties")
+                .is_some_and(|a| a.is_object() || a == &Value::Bool(true));
+            if let Some(pp) = props
+                && !addl
+            {
+                m.retain(|k, _| {
+                    pp.contains_key(k) || (node.root && (k == "metadata" || ignored_top(k)))
+                });
+            }
+            for (k, c) in m.iter_mut() {
+                drop_undeclared(c, node.prop(k));
+            }
+        }
+        Value::Array(a) => {
+            let inode = node.items();
+            for it in a {
+                drop_undeclared(it, inode);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The JSON type name of the value at a dotted path (for CEL error messages).

@@ -126,7 +126,7 @@ fn builtin(b: B<'_>) -> ResourceInfo {
             | "cronjobs"
     );
     let scale = match b.plural {
-        "deployments" | "replicasets" | "statefulsets" => Some((
+        "deployments" | "replicasets" | "statefulsets" | "replicationcontrollers" => Some((
             ".spec.replicas".to_string(),
             ".status.replicas".to_string(),
             Some(".status.selector".to_string()),

@@ -133,11 +133,21 @@ pub fn schema_node(ri: &ResourceInfo) -> Node<'_> {
     }
 }
 
-fn strip_for_generation(o: &Value) -> Value {
+/// What a change must touch to bump `metadata.generation` (the registry strategies'
+/// PrepareForUpdate): everything but metadata and status; a Deployment's annotations too (they
+/// are copied to its ReplicaSets); a custom resource's status too when it has no status
+/// subresource.
+fn strip_for_generation(ri: &ResourceInfo, o: &Value) -> Value {
     let mut c = o.clone();
+    let annotations = o.pointer("/metadata/annotations").cloned();
     if let Some(m) = c.as_object_mut() {
         m.remove("metadata");
-        m.remove("status");
+        if !ri.custom || ri.status {
+            m.remove("status");
+        }
+        if ri.group == "apps" && ri.plural == "deployments" {
+            m.insert("metadata".into(), json!({ "annotations": annotations }));
+        }
     }
     c
 }
@@ -504,6 +514,15 @@ impl Store {
         }
         drop(st);
         let ts = now();
+        // managedFields a create sends are kept (kube-apiserver decodes them like an update's).
+        let client_mf: Vec<Value> = obj
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.get("manager").is_some())
+            .cloned()
+            .collect();
         {
             let m =
                 obj["metadata"].as_object_mut().ok_or_else(|| ApiError::internal("metadata"))?;
@@ -524,6 +543,9 @@ impl Store {
                 m.remove("generation");
             }
         }
+        if !ri.custom {
+            fields::drop_undeclared(&mut obj, schema_node(ri));
+        }
         builtin::prepare_create(ri, &mut obj);
         builtin::apply_defaults(ri, &mut obj);
         if ri.custom {
@@ -539,7 +561,9 @@ impl Store {
             now: &ts,
             custom: ri.custom,
         };
-        fields::record_update(None, &mut obj, schema_node(ri), &who);
+        let base =
+            (!client_mf.is_empty()).then(|| json!({"metadata": {"managedFields": client_mf}}));
+        fields::record_update(base.as_ref(), &mut obj, schema_node(ri), &who);
         Ok(Pending { ri: ri.clone(), key, old: None, obj, subresource: String::new() })
     }
 
@@ -629,8 +653,9 @@ impl Store {
                 // as kube-apiserver allows; otherwise the server's bookkeeping stands
                 // (https://kubernetes.io/docs/reference/using-api/server-side-apply/#clearing-managedfields).
                 let sent = m.get("managedFields").cloned();
+                // A subresource write (status, scale) keeps the main resource's bookkeeping.
                 match (sent, om.get("managedFields")) {
-                    (Some(sent), old_mf) if Some(&sent) != old_mf => {
+                    (Some(sent), old_mf) if Some(&sent) != old_mf && sub.is_empty() => {
                         let valid: Vec<Value> = sent
                             .as_array()
                             .into_iter()
@@ -693,6 +718,9 @@ impl Store {
         } else if sub == "status" {
             return Err(ApiError::path_not_found());
         }
+        if !ri.custom {
+            fields::drop_undeclared(&mut obj, schema_node(ri));
+        }
         builtin::apply_defaults(ri, &mut obj);
         if ri.custom {
             crate::crdvalid::validate(ri, &mut obj, Some(&old))?;
@@ -700,7 +728,7 @@ impl Store {
         if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
             crd_status(&mut obj);
         }
-        if ri.generation && strip_for_generation(&old) != strip_for_generation(&obj) {
+        if ri.generation && strip_for_generation(ri, &old) != strip_for_generation(ri, &obj) {
             let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) + 1;
             obj["metadata"]["generation"] = json!(g);
         }
@@ -743,7 +771,28 @@ impl Store {
             return self.prepare_apply(ri, ns, name, body, sub, o);
         }
         let old = self.get(ri, ns, name)?;
-        let mut doc = (*old).clone();
+        let doc = self.patched(ri, &old, ct, body)?;
+        let want_rv = rv_of(&doc);
+        if !want_rv.is_empty() && want_rv != rv_of(&old) {
+            return Err(ApiError::modified(&ri.group, &ri.plural, name));
+        }
+        let mut doc = doc;
+        if !doc.get("metadata").is_some_and(Value::is_object) {
+            doc["metadata"] = json!({});
+        }
+        self.finish_update(ri, old, doc, sub, o, None)
+    }
+
+    /// `old` with a JSON, merge or strategic merge patch applied.
+    pub fn patched(
+        &self,
+        ri: &ResourceInfo,
+        old: &Value,
+        content_type: &str,
+        body: &[u8],
+    ) -> ApiResult<Value> {
+        let ct = content_type.split(';').next().unwrap_or_default().trim();
+        let mut doc = old.clone();
         match ct {
             "application/merge-patch+json" => {
                 let p: Value = serde_json::from_slice(body)
@@ -770,14 +819,7 @@ impl Store {
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         }
-        let want_rv = rv_of(&doc);
-        if !want_rv.is_empty() && want_rv != rv_of(&old) {
-            return Err(ApiError::modified(&ri.group, &ri.plural, name));
-        }
-        if !doc.get("metadata").is_some_and(Value::is_object) {
-            doc["metadata"] = json!({});
-        }
-        self.finish_update(ri, old, doc, sub, o, None)
+        Ok(doc)
     }
 
     fn prepare_apply(
@@ -794,8 +836,13 @@ impl Store {
                 "PATCH, application/apply-patch+yaml requests require fieldManager to be set",
             ));
         }
-        let applied: Value = serde_yaml::from_slice(body)
-            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        // JSON (what kube-rs and client-go send) is YAML; its own parser is much faster.
+        let json_first = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        let applied: Value = match json_first.then(|| serde_json::from_slice(body).ok()).flatten() {
+            Some(v) => v,
+            None => serde_yaml::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+        };
         if !applied.is_object() {
             return Err(ApiError::bad_request("the apply configuration must be an object"));
         }
@@ -815,6 +862,32 @@ impl Store {
                 "the name of the object ({aname}) does not match the name on the URL ({name})"
             )));
         }
+        // k8s.io/apiserver fieldmanager: an apply configuration carries no managedFields.
+        if applied.pointer("/metadata/managedFields").is_some_and(|m| !m.is_null()) {
+            return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+        }
+        // Built-in kinds: structured-merge-diff's typed conversion rejects undeclared fields.
+        if !ri.custom {
+            let undeclared = fields::undeclared_fields(&applied, schema_node(ri));
+            if !undeclared.is_empty() {
+                let what = if undeclared.len() == 1 {
+                    format!("{}: field not declared in schema", undeclared[0])
+                } else {
+                    let lines: Vec<String> = undeclared
+                        .iter()
+                        .map(|f| format!("  {f}: field not declared in schema"))
+                        .collect();
+                    format!("errors:\n{}", lines.join("\n"))
+                };
+                return Err(ApiError::bad_request(format!(
+                    "failed to create typed patch object ({}/{name}; {}/{}, Kind={}): {what}",
+                    if ri.namespaced { ns } else { "" },
+                    ri.group,
+                    ri.version,
+                    ri.kind
+                )));
+            }
+        }
         let ts = now();
         let who = Who {
             manager: &o.field_manager,
@@ -832,8 +905,19 @@ impl Store {
         };
         match self.get(ri, ns, name) {
             Err(e) if e.code == 404 => {
-                if sub == "status" {
+                if !sub.is_empty() {
                     return Err(e);
+                }
+                let uid = meta_str(&applied, "uid");
+                if !uid.is_empty() {
+                    return Err(ApiError::conflict(
+                        &ri.group,
+                        &ri.plural,
+                        name,
+                        &format!(
+                            "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+                        ),
+                    ));
                 }
                 let mut obj = fields::apply(None, &applied, node, &who, o.force, conflict)?;
                 if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {

@@ -209,11 +209,15 @@ async fn patch(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response>
     let (ri, store, ns) = (&t.ri, &req.app.store, t.namespace());
     let o = write_opts(req.q, req.headers)?;
     let ct = req.content_type();
+    let is_apply = ct.starts_with("application/apply-patch");
+    validate_patch_options(req, is_apply)?;
     let mut warnings = vec![];
-    if ct.starts_with("application/apply-patch") {
+    if is_apply && ri.custom {
         let applied: Value = serde_yaml::from_slice(&req.body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         warnings = field_validation(ri, &applied, req.q)?;
+    } else if !is_apply && !ri.custom {
+        warnings = patch_field_validation(req, t, name, &ct)?;
     }
     let mut last = None;
     for _ in 0..5 {
@@ -231,6 +235,76 @@ async fn patch(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response>
         }
     }
     Err(last.unwrap_or_else(|| ApiError::internal("patch retries exhausted")))
+}
+
+/// kube-apiserver's `ValidatePatchOptions`: an apply names its field manager, only an apply may
+/// force.
+fn validate_patch_options(req: &Request, is_apply: bool) -> ApiResult<()> {
+    let invalid = |field: &str, reason: &str, msg: &str| {
+        let mut e = ApiError::invalid(
+            "meta.k8s.io",
+            "PatchOptions.meta.k8s.io",
+            "",
+            vec![(field.into(), reason.into(), msg.into())],
+        );
+        if let Some(d) = e.details.as_mut() {
+            d["kind"] = json!("PatchOptions");
+        }
+        e
+    };
+    if is_apply && req.q.get("fieldManager").is_none_or(|m| m.is_empty()) {
+        return Err(invalid(
+            "fieldManager",
+            "FieldValueRequired",
+            "Required value: is required for apply patch",
+        ));
+    }
+    if !is_apply && req.q.contains_key("force") {
+        return Err(invalid(
+            "force",
+            "FieldValueForbidden",
+            "Forbidden: may not be specified for non-apply patch",
+        ));
+    }
+    Ok(())
+}
+
+/// `fieldValidation` of a JSON, merge or strategic merge patch on a built-in kind: the patched
+/// object is checked as kube-apiserver decodes it (Strict: 422 naming the unknown fields; Warn,
+/// the default: warnings; Ignore: nothing). Unknown fields are dropped when stored.
+fn patch_field_validation(
+    req: &Request,
+    t: &Target,
+    name: &str,
+    ct: &str,
+) -> ApiResult<Vec<String>> {
+    let mode = req.q.get("fieldValidation").map(String::as_str).unwrap_or("Warn");
+    if mode == "Ignore" {
+        return Ok(vec![]);
+    }
+    let Ok(old) = req.app.store.get(&t.ri, &t.namespace(), name) else {
+        return Ok(vec![]);
+    };
+    let doc = req.app.store.patched(&t.ri, &old, ct, &req.body)?;
+    let mut unknown = vec![];
+    crate::openapi::unknown_fields(&doc, store::schema_node(&t.ri), "", &mut unknown);
+    let msgs: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    if mode == "Strict" && !msgs.is_empty() {
+        let value = serde_json::to_string(&serde_json::to_string(&doc).unwrap_or_default())
+            .unwrap_or_default();
+        return Err(ApiError {
+            code: 422,
+            reason: "Invalid",
+            message: format!(
+                " \"\" is invalid: patch: Invalid value: {value}: strict decoding error: {}",
+                msgs.join(", ")
+            ),
+            details: Some(
+                json!({"causes": [{"reason": "FieldValueInvalid", "message": format!("Invalid value: {value}: strict decoding error: {}", msgs.join(", ")), "field": "patch"}]}),
+            ),
+        });
+    }
+    Ok(msgs)
 }
 
 /// `delete` of one object, through admission.

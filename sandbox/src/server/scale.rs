@@ -22,7 +22,7 @@ pub(super) fn update(req: &Request, t: &Target, name: &str) -> ApiResult<Respons
     if let Some(rv) = rv {
         obj["metadata"]["resourceVersion"] = rv;
     }
-    let p = store.prepare_update(ri, &ns, name, obj, "", &o)?;
+    let p = store.prepare_update(ri, &ns, name, obj, "scale", &o)?;
     let done = store.commit(p, o.dry_run)?;
     Ok(json_response(200, &scale_of(ri, &done)))
 }
@@ -33,6 +33,9 @@ pub(super) fn patch(req: &Request, t: &Target, name: &str) -> ApiResult<Response
     let o = write_opts(req.q, req.headers)?;
     let ct = req.content_type();
     let ns = t.namespace();
+    if ct.starts_with("application/apply-patch") {
+        return apply(req, t, name);
+    }
     let cur = store.get(ri, &ns, name)?;
     let mut sc = scale_of(ri, &cur);
     let p: Value =
@@ -50,7 +53,43 @@ pub(super) fn patch(req: &Request, t: &Target, name: &str) -> ApiResult<Response
         replicas_path(ri),
         sc.pointer("/spec/replicas").cloned().unwrap_or(json!(0)),
     );
-    let p = store.prepare_update(ri, &ns, name, obj, "", &o)?;
+    let p = store.prepare_update(ri, &ns, name, obj, "scale", &o)?;
+    let done = store.commit(p, o.dry_run)?;
+    Ok(json_response(200, &scale_of(ri, &done)))
+}
+
+/// Server-side apply of a Scale: the applier owns the object's replicas field, recorded with
+/// `subresource: scale` (kube-apiserver's scale field-manager mapping).
+fn apply(req: &Request, t: &Target, name: &str) -> ApiResult<Response> {
+    let (ri, store) = (&t.ri, &req.app.store);
+    let o = write_opts(req.q, req.headers)?;
+    if req.q.get("fieldManager").is_none_or(|m| m.is_empty()) {
+        let mut e = ApiError::invalid(
+            "meta.k8s.io",
+            "PatchOptions.meta.k8s.io",
+            "",
+            vec![(
+                "fieldManager".into(),
+                "FieldValueRequired".into(),
+                "Required value: is required for apply patch".into(),
+            )],
+        );
+        if let Some(d) = e.details.as_mut() {
+            d["kind"] = json!("PatchOptions");
+        }
+        return Err(e);
+    }
+    let scale: Value = serde_yaml::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    let mut applied =
+        json!({"apiVersion": ri.api_version(), "kind": ri.kind, "metadata": {"name": name}});
+    if let Some(r) = scale.pointer("/spec/replicas") {
+        set_path(&mut applied, replicas_path(ri), r.clone());
+    }
+    let body = serde_json::to_vec(&applied).map_err(|e| ApiError::internal(e.to_string()))?;
+    let ns = t.namespace();
+    let p =
+        store.prepare_patch(ri, &ns, name, "application/apply-patch+yaml", &body, "scale", &o)?;
     let done = store.commit(p, o.dry_run)?;
     Ok(json_response(200, &scale_of(ri, &done)))
 }
