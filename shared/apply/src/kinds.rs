@@ -68,7 +68,8 @@ impl Kinds {
     ) -> Result<BTreeMap<GroupKind, Scope>, kube::Error> {
         let mut scopes = BTreeMap::new();
         for object in objects {
-            let (Some(api_version), Some(kind)) = (object["apiVersion"].as_str(), object["kind"].as_str())
+            let (Some(api_version), Some(kind)) =
+                (object["apiVersion"].as_str(), object["kind"].as_str())
             else {
                 continue;
             };

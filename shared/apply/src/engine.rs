@@ -1,0 +1,284 @@
+//! Plan, apply and prune for one Application, as its service account, under its field manager.
+//!
+//! - [`Engine::observe`]: per desired object, read the live object and make a server-side
+//!   dry-run apply without force; a 409 names the conflicting fields, and under
+//!   `conflictPolicy: adopt` a forced dry run follows so the plan can list what is taken. The
+//!   result feeds `kuvryn_sync_core::plan::plan`.
+//! - [`Engine::apply`]: server-side apply of each object in the order given (the caller passes
+//!   `core::order` groups), forcing only under adopt.
+//! - [`Engine::list_managed`] and [`Engine::delete`]: the inventory, found by the Application's
+//!   labels in the managed kinds, and pruning.
+//!
+//! A 403 anywhere is [`EngineError::Forbidden`], naming the verb and the resource.
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kuvryn_sync_api::{FailureReason, keys};
+use kuvryn_sync_core::desired::{DesiredObject, GroupKind, ObjectKey, Scope, group_of};
+use kuvryn_sync_core::plan::{Found, Observation, parse_conflict_message};
+use kuvryn_sync_core::prune::ManagedObject;
+use serde_json::Value;
+
+use crate::kinds::{Kinds, ServedKind};
+
+/// Why the engine stopped; each maps to one failure reason.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("forbidden: the service account may not {verb} {resource}: {message}")]
+    Forbidden { verb: &'static str, resource: String, message: String },
+    #[error("{key}: kind is not served by the API server")]
+    NotServed { key: ObjectKey },
+    #[error("planning {key} failed: {message}")]
+    Plan { key: ObjectKey, message: String },
+    #[error("applying {key} failed: {message}")]
+    Apply { key: ObjectKey, message: String },
+    #[error("cannot list {kind} to find managed objects: {message}")]
+    Inventory { kind: GroupKind, message: String },
+    #[error("pruning {key} failed: {message}")]
+    Prune { key: ObjectKey, message: String },
+    #[error("discovery failed: {0}")]
+    Discovery(#[source] kube::Error),
+}
+
+impl EngineError {
+    /// The failure reason for status and Events.
+    pub fn reason(&self) -> FailureReason {
+        match self {
+            EngineError::Forbidden { .. } => FailureReason::Forbidden,
+            EngineError::NotServed { .. } | EngineError::Plan { .. } => FailureReason::PlanFailure,
+            EngineError::Discovery(_) => FailureReason::PlanFailure,
+            EngineError::Apply { .. } => FailureReason::ApplyFailure,
+            EngineError::Inventory { .. } | EngineError::Prune { .. } => {
+                FailureReason::PruneFailure
+            }
+        }
+    }
+}
+
+/// The engine for one Application.
+pub struct Engine<'a> {
+    /// A client impersonating the Application's service account.
+    pub client: &'a kube::Client,
+    pub kinds: &'a Kinds,
+    /// The Application's field manager (`core::field_manager::for_application`).
+    pub field_manager: &'a str,
+    /// Whether conflicts are forced (`conflictPolicy: adopt`).
+    pub adopt: bool,
+}
+
+impl std::fmt::Debug for Engine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("field_manager", &self.field_manager)
+            .field("adopt", &self.adopt)
+            .finish()
+    }
+}
+
+impl Engine<'_> {
+    /// Observe each object as Revision `revision` would apply it.
+    pub async fn observe(
+        &self,
+        objects: &[DesiredObject],
+        revision: &str,
+    ) -> Result<Vec<Observation>, EngineError> {
+        let mut observations = Vec::with_capacity(objects.len());
+        for object in objects {
+            let body = object.for_revision(revision);
+            let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
+            let api = self.api_for(&object.key, &api_version).await?;
+            let live = api.get_opt(&object.key.name).await.map_err(|err| {
+                classify(err, "get", &object.key, |message| EngineError::Plan {
+                    key: object.key.clone(),
+                    message,
+                })
+            })?;
+            let found = self.dry_run(&api, object, &body, live).await?;
+            observations.push(Observation {
+                key: object.key.clone(),
+                api_version,
+                wave: object.wave,
+                found,
+            });
+        }
+        Ok(observations)
+    }
+
+    async fn dry_run(
+        &self,
+        api: &Api<DynamicObject>,
+        object: &DesiredObject,
+        body: &Value,
+        live: Option<DynamicObject>,
+    ) -> Result<Found, EngineError> {
+        let plan_error = |message| EngineError::Plan { key: object.key.clone(), message };
+        let params = PatchParams::apply(self.field_manager).dry_run();
+        let result = match api.patch(&object.key.name, &params, &Patch::Apply(body)).await {
+            Ok(result) => Ok((result, Vec::new())),
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let conflicts = parse_conflict_message(&status.message);
+                if !self.adopt {
+                    return Ok(Found::Conflicts(conflicts));
+                }
+                let forced = params.clone().force();
+                api.patch(&object.key.name, &forced, &Patch::Apply(body))
+                    .await
+                    .map(|result| (result, conflicts))
+            }
+            Err(err) => Err(err),
+        };
+        let (dry_run, adopted) =
+            result.map_err(|err| classify(err, "patch", &object.key, plan_error))?;
+        Ok(match live {
+            None => Found::Absent,
+            Some(live) => {
+                Found::Present { live: to_value(&live), dry_run: to_value(&dry_run), adopted }
+            }
+        })
+    }
+
+    /// Server-side apply `objects`, in the order given, for Revision `revision`.
+    pub async fn apply(
+        &self,
+        objects: &[&DesiredObject],
+        revision: &str,
+    ) -> Result<(), EngineError> {
+        let mut params = PatchParams::apply(self.field_manager);
+        if self.adopt {
+            params = params.force();
+        }
+        for object in objects {
+            let body = object.for_revision(revision);
+            let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
+            let api = self.api_for(&object.key, &api_version).await?;
+            api.patch(&object.key.name, &params, &Patch::Apply(&body)).await.map_err(|err| {
+                classify(err, "patch", &object.key, |message| EngineError::Apply {
+                    key: object.key.clone(),
+                    message,
+                })
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The live objects carrying Application `namespace/name`'s labels, of `kinds` (each given as
+    /// an `apiVersion` and kind). Namespaced kinds are listed in `destination` only, the one
+    /// namespace an Application may write to; cluster-scoped kinds across the cluster.
+    pub async fn list_managed(
+        &self,
+        application_namespace: &str,
+        application: &str,
+        destination: &str,
+        kinds: &[(String, String)],
+    ) -> Result<Vec<ManagedObject>, EngineError> {
+        let selector = format!(
+            "{}={application},{}={application_namespace}",
+            keys::APPLICATION,
+            keys::APPLICATION_NAMESPACE
+        );
+        let mut managed = Vec::new();
+        for (api_version, kind) in kinds {
+            let group_kind = GroupKind::new(group_of(api_version), kind);
+            let inventory_error =
+                |message| EngineError::Inventory { kind: group_kind.clone(), message };
+            let Some(served) = self
+                .kinds
+                .resolve(self.client, api_version, kind)
+                .await
+                .map_err(EngineError::Discovery)?
+            else {
+                continue;
+            };
+            let api: Api<DynamicObject> = match served.scope {
+                Scope::Namespaced => {
+                    Api::namespaced_with(self.client.clone(), destination, &served.resource)
+                }
+                Scope::Cluster => Api::all_with(self.client.clone(), &served.resource),
+            };
+            let list =
+                api.list(&ListParams::default().labels(&selector)).await.map_err(
+                    |err| match err {
+                        kube::Error::Api(status) if status.code == 403 => EngineError::Forbidden {
+                            verb: "list",
+                            resource: served.resource.plural.clone(),
+                            message: status.message,
+                        },
+                        other => inventory_error(other.to_string()),
+                    },
+                )?;
+            for item in list.items {
+                let prune_disabled = item
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(keys::PRUNE))
+                    .is_some_and(|v| v == keys::PRUNE_DISABLED);
+                managed.push(ManagedObject {
+                    key: ObjectKey {
+                        group_kind: group_kind.clone(),
+                        namespace: item.metadata.namespace.clone(),
+                        name: item.metadata.name.clone().unwrap_or_default(),
+                    },
+                    api_version: api_version.clone(),
+                    prune_disabled,
+                });
+            }
+        }
+        Ok(managed)
+    }
+
+    /// Delete `objects`, in the order given; one already gone is fine.
+    pub async fn delete(&self, objects: &[ManagedObject]) -> Result<(), EngineError> {
+        for object in objects {
+            let api = self.api_for(&object.key, &object.api_version).await?;
+            match api.delete(&object.key.name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => {
+                    return Err(classify(err, "delete", &object.key, |message| {
+                        EngineError::Prune { key: object.key.clone(), message }
+                    }));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn api_for(
+        &self,
+        key: &ObjectKey,
+        api_version: &str,
+    ) -> Result<Api<DynamicObject>, EngineError> {
+        let served: ServedKind = self
+            .kinds
+            .resolve(self.client, api_version, &key.group_kind.kind)
+            .await
+            .map_err(EngineError::Discovery)?
+            .ok_or_else(|| EngineError::NotServed { key: key.clone() })?;
+        Ok(match &key.namespace {
+            Some(namespace) => {
+                Api::namespaced_with(self.client.clone(), namespace, &served.resource)
+            }
+            None => Api::all_with(self.client.clone(), &served.resource),
+        })
+    }
+}
+
+/// A 403 becomes [`EngineError::Forbidden`]; anything else `other(message)`.
+fn classify(
+    err: kube::Error,
+    verb: &'static str,
+    key: &ObjectKey,
+    other: impl FnOnce(String) -> EngineError,
+) -> EngineError {
+    match err {
+        kube::Error::Api(status) if status.code == 403 => {
+            EngineError::Forbidden { verb, resource: key.to_string(), message: status.message }
+        }
+        kube::Error::Api(status) => other(status.message),
+        err => other(err.to_string()),
+    }
+}
+
+fn to_value(object: &DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}

@@ -1,0 +1,246 @@
+//! The apply engine against the API server (the sandbox, or a real cluster through
+//! `KSYNC_E2E_KUBECONFIG`), acting as an Application's service account: plan with server-side
+//! dry-run, apply under the Application's field manager, conflicts with another manager (and
+//! adopting them), prune with high-risk kinds kept, and a service account without rights.
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context, Result};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use kuvryn_sync_api::{PlanAction, keys};
+use kuvryn_sync_apply::clients::ImpersonatedClients;
+use kuvryn_sync_apply::engine::{Engine, EngineError};
+use kuvryn_sync_apply::kinds::Kinds;
+use kuvryn_sync_core::desired::{DesiredState, GroupKind, Rendered, Target, normalise};
+use kuvryn_sync_core::field_manager;
+use kuvryn_sync_core::plan::plan;
+use kuvryn_sync_core::prune::{KeepReason, plan_prune};
+use kuvryn_sync_tests::cluster::TestCluster;
+use serde_json::{Value, json};
+
+const CANARY: &str = "canary-secret-value-31f9";
+const REVISION: &str = "web-0001";
+
+fn config_map(name: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"a": value}})
+}
+
+fn secret() -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"},
+           "stringData": {"password": CANARY}})
+}
+
+async fn desired(
+    cluster_client: &kube::Client,
+    kinds: &Kinds,
+    namespace: &str,
+    objects: Vec<Value>,
+) -> Result<DesiredState> {
+    let scopes = kinds.scopes(cluster_client, &objects).await?;
+    let rendered: Vec<Rendered> = objects
+        .into_iter()
+        .enumerate()
+        .map(|(n, object)| Rendered { origin: format!("app.yaml#{n}"), object })
+        .collect();
+    let target = Target {
+        application: "web",
+        application_namespace: namespace,
+        destination_namespace: namespace,
+    };
+    Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)?)
+}
+
+/// A service account allowed everything on ConfigMaps and Secrets in `namespace`.
+async fn deployer(client: &kube::Client, namespace: &str) -> Result<()> {
+    let apply = |object: Value| {
+        let client = client.clone();
+        async move {
+            let api_version = object["apiVersion"].as_str().context("apiVersion")?.to_owned();
+            let kind = object["kind"].as_str().context("kind")?.to_owned();
+            let name = object["metadata"]["name"].as_str().context("name")?.to_owned();
+            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+            let gvk = kube::core::GroupVersionKind::gvk(group, version, &kind);
+            let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await?;
+            let api: Api<kube::api::DynamicObject> =
+                Api::namespaced_with(client, namespace, &resource);
+            api.patch(&name, &PatchParams::apply("test-setup"), &Patch::Apply(&object)).await?;
+            anyhow::Ok(())
+        }
+    };
+    apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}}))
+        .await?;
+    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "deployer"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["*"]}]}))
+    .await?;
+    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "deployer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": namespace}]}))
+    .await?;
+    Ok(())
+}
+
+fn actions(plan: &kuvryn_sync_core::plan::Plan) -> Vec<(String, PlanAction, Vec<String>)> {
+    plan.changes
+        .iter()
+        .map(|c| (format!("{}/{}", c.resource.kind, c.resource.name), c.action, c.fields.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let namespace = cluster.namespace("apply").await?;
+    let admin = cluster.client();
+    deployer(&admin, &namespace).await?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
+    let base = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let clients = ImpersonatedClients::new(base, 8);
+    let client = clients.for_service_account(&namespace, "deployer")?;
+    let kinds = Kinds::default();
+    let manager = field_manager::for_application(&namespace, "web");
+    let engine = Engine { client: &client, kinds: &kinds, field_manager: &manager, adopt: false };
+
+    // First plan: everything is created; the plan holds paths, never the Secret's value.
+    let state = desired(
+        &admin,
+        &kinds,
+        &namespace,
+        vec![
+            config_map("one", "1"),
+            config_map("two", "2"),
+            config_map("shared", "ours"),
+            secret(),
+        ],
+    )
+    .await?;
+    let observations = engine.observe(&state.objects, REVISION).await?;
+    let first = plan(&state.hash, &observations, &Default::default());
+    assert!(
+        actions(&first).iter().all(|(_, action, _)| *action == PlanAction::Create),
+        "{:?}",
+        actions(&first)
+    );
+    assert!(!serde_json::to_string(&first.summary())?.contains(CANARY));
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &namespace);
+    assert!(cms.get_opt("one").await?.is_none(), "a plan writes nothing");
+
+    // Apply: our labels, the revision annotation and the Application's field manager.
+    let all: Vec<_> = state.objects.iter().collect();
+    engine.apply(&all, REVISION).await?;
+    let one = cms.get("one").await?;
+    let labels = one.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get(keys::APPLICATION).map(String::as_str), Some("web"));
+    assert_eq!(labels.get(keys::APPLICATION_NAMESPACE), Some(&namespace));
+    let annotations = one.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get(keys::REVISION).map(String::as_str), Some(REVISION));
+    let managers: Vec<_> =
+        one.metadata.managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect();
+    assert_eq!(managers, vec![manager.clone()]);
+
+    // Re-plan with nothing changed: all Unchanged, and planning wrote nothing.
+    let version = one.metadata.resource_version.clone();
+    let again =
+        plan(&state.hash, &engine.observe(&state.objects, REVISION).await?, &Default::default());
+    assert!(
+        actions(&again).iter().all(|(_, a, _)| *a == PlanAction::Unchanged),
+        "{:?}",
+        actions(&again)
+    );
+    assert_eq!(cms.get("one").await?.metadata.resource_version, version);
+
+    // One changed field in Git: only that object is an Update, naming the field.
+    let changed = desired(
+        &admin,
+        &kinds,
+        &namespace,
+        vec![
+            config_map("one", "1"),
+            config_map("two", "22"),
+            config_map("shared", "ours"),
+            secret(),
+        ],
+    )
+    .await?;
+    let update = plan(
+        &changed.hash,
+        &engine.observe(&changed.objects, REVISION).await?,
+        &Default::default(),
+    );
+    let updates: Vec<_> =
+        actions(&update).into_iter().filter(|(_, a, _)| *a != PlanAction::Unchanged).collect();
+    assert_eq!(
+        updates,
+        vec![("ConfigMap/two".to_owned(), PlanAction::Update, vec![".data.a".to_owned()])]
+    );
+
+    // Another manager takes .data.a of "shared": our plan reports the conflict by field and manager.
+    let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"}, "data": {"a": "theirs"}});
+    cms.patch("shared", &PatchParams::apply("other-team").force(), &Patch::Apply(&theirs)).await?;
+    let observed = engine.observe(&state.objects, REVISION).await?;
+    let conflicted = plan(&state.hash, &observed, &Default::default());
+    assert_eq!(conflicted.conflicts.len(), 1, "{:?}", conflicted.conflicts);
+    let (key, fields) = &conflicted.conflicts[0];
+    assert_eq!(key.name, "shared");
+    assert_eq!((fields[0].field.as_str(), fields[0].manager.as_str()), (".data.a", "other-team"));
+    // Under adopt the dry run forces, and the plan lists the previous manager.
+    let adopter = Engine {
+        adopt: true,
+        ..Engine { client: &client, kinds: &kinds, field_manager: &manager, adopt: false }
+    };
+    let adopted =
+        plan(&state.hash, &adopter.observe(&state.objects, REVISION).await?, &Default::default());
+    let shared = adopted.changes.iter().find(|c| c.resource.name == "shared").context("shared")?;
+    assert_eq!(shared.action, PlanAction::Update);
+    assert_eq!(shared.adopted.first().map(|a| a.previous_manager.as_str()), Some("other-team"));
+    assert!(adopted.conflicts.is_empty());
+    adopter.apply(&all, REVISION).await?;
+    assert_eq!(
+        cms.get("shared").await?.data.unwrap_or_default().get("a").map(String::as_str),
+        Some("ours")
+    );
+
+    // Prune: "two" and the Secret leave desired state; the Secret is high-risk and kept.
+    let smaller = desired(
+        &admin,
+        &kinds,
+        &namespace,
+        vec![config_map("one", "1"), config_map("shared", "ours")],
+    )
+    .await?;
+    let kinds_in_use =
+        vec![("v1".to_owned(), "ConfigMap".to_owned()), ("v1".to_owned(), "Secret".to_owned())];
+    let managed = engine.list_managed(&namespace, "web", &namespace, &kinds_in_use).await?;
+    let wanted: BTreeSet<_> = smaller.objects.iter().map(|o| o.key.clone()).collect();
+    let managed_kinds: BTreeSet<_> =
+        [GroupKind::new("", "ConfigMap"), GroupKind::new("", "Secret")].into();
+    let prune = plan_prune(&wanted, &managed_kinds, &managed);
+    assert_eq!(prune.delete.iter().map(|o| o.key.name.as_str()).collect::<Vec<_>>(), vec!["two"]);
+    assert_eq!(
+        prune.keep.iter().map(|(o, r)| (o.key.name.as_str(), *r)).collect::<Vec<_>>(),
+        vec![("db", KeepReason::HighRisk)]
+    );
+    engine.delete(&prune.delete).await?;
+    assert!(cms.get_opt("two").await?.is_none(), "pruned");
+    assert!(
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), &namespace)
+            .get_opt("db")
+            .await?
+            .is_some(),
+        "kept"
+    );
+
+    // A service account without rights: Forbidden, naming the verb and the resource.
+    let nobody = clients.for_service_account(&namespace, "nobody")?;
+    let denied = Engine { client: &nobody, kinds: &kinds, field_manager: &manager, adopt: false };
+    let err = denied.observe(&state.objects, REVISION).await.expect_err("forbidden");
+    let EngineError::Forbidden { verb, resource, .. } = &err else {
+        panic!("Forbidden, got {err}")
+    };
+    assert_eq!(*verb, "get");
+    assert!(resource.contains("ConfigMap") && resource.contains(&namespace), "{resource}");
+    assert_eq!(err.reason(), kuvryn_sync_api::FailureReason::Forbidden);
+    Ok(())
+}
