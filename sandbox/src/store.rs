@@ -63,6 +63,9 @@ pub struct Store {
     pub gc: Notify,
     /// Closes every open watch with `410 Gone` (forced compaction).
     pub expire_watches: broadcast::Sender<u64>,
+    /// A resource that stopped being served (its CRD was deleted) after the event at this
+    /// version: its open watches end, as kube-apiserver tears down the CRD's storage.
+    pub closed_resources: broadcast::Sender<(String, u64)>,
     /// The cluster CA, published in every namespace as `kube-root-ca.crt`.
     pub ca_pem: std::sync::OnceLock<String>,
 }
@@ -161,6 +164,7 @@ impl Store {
     pub fn new(history_limit: usize) -> Arc<Self> {
         let (tx, _) = broadcast::channel(65536);
         let (expire, _) = broadcast::channel(16);
+        let (closed, _) = broadcast::channel(64);
         let store = Arc::new(Store {
             state: Mutex::new(State {
                 rv: 1,
@@ -173,6 +177,7 @@ impl Store {
             tx,
             gc: Notify::new(),
             expire_watches: expire,
+            closed_resources: closed,
             ca_pem: std::sync::OnceLock::new(),
         });
         let ri = store.resource("", "v1", "namespaces").expect("namespaces resource");
@@ -351,6 +356,9 @@ impl Store {
 
     /// A list with selectors and `limit`/`continue` pagination
     /// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>).
+    /// Every page of a paged list reads the same snapshot: the one at the first page's
+    /// resourceVersion, rebuilt from the event history; `at` picks the first page's version.
+    #[allow(clippy::too_many_arguments)]
     pub fn list(
         &self,
         ri: &ResourceInfo,
@@ -359,28 +367,39 @@ impl Store {
         fieldsel: &FieldSelector,
         limit: Option<usize>,
         cont: Option<&str>,
+        at: ReadAt,
     ) -> ApiResult<ListPage> {
         let st = self.lock();
         let (list_rv, start) = match cont {
             Some(c) if !c.is_empty() => {
-                let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                    .decode(c.trim_end_matches('='))
-                    .or_else(|_| base64::engine::general_purpose::STANDARD.decode(c))
-                    .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
-                let v: Value = serde_json::from_slice(&raw)
-                    .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
-                let rv = v["rv"].as_u64().unwrap_or(0);
-                if rv <= st.compacted {
-                    return Err(ApiError::gone(
-                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-                    ));
+                let (rv, start) = decode_continue(c)?;
+                // -1: continue at the newest state (the token of a 410 answer).
+                let rv = if rv < 0 { st.rv } else { rv as u64 };
+                if rv < st.compacted {
+                    return Err(continue_expired(&start));
                 }
-                (rv, v["start"].as_str().unwrap_or_default().to_string())
+                (rv, start)
             }
-            _ => (st.rv, String::new()),
+            _ => match at {
+                ReadAt::Latest => (st.rv, String::new()),
+                ReadAt::Exact(rv) => {
+                    if rv > st.rv {
+                        return Err(too_large_rv(rv, st.rv));
+                    }
+                    if rv < st.compacted {
+                        return Err(ApiError::gone(
+                            "The resourceVersion for the provided list is too old.",
+                        ));
+                    }
+                    (rv, String::new())
+                }
+            },
         };
+        let sk = ri.store_key();
         let empty = BTreeMap::new();
-        let m = st.objects.get(&ri.store_key()).unwrap_or(&empty);
+        let m = st.objects.get(&sk).unwrap_or(&empty);
+        // What changed since the snapshot: key -> its state then (None: absent then).
+        let undo = Self::undo_since(&st, &sk, list_rv);
         let prefix = match ns {
             Some(ns) if !ns.is_empty() => format!("{ns}/"),
             _ => String::new(),
@@ -389,7 +408,29 @@ impl Store {
         let mut out = vec![];
         let mut next = None;
         let mut remaining = 0usize;
-        for (k, v) in m.range(from..) {
+        let mut cur = m.range(from.clone()..).peekable();
+        let mut old = undo.range(from..).peekable();
+        loop {
+            // Merge the live objects with the undone changes, in key order; the undo wins.
+            let (k, v) = match (cur.peek(), old.peek()) {
+                (None, None) => break,
+                (Some((ck, _)), Some((ok, _))) if ok <= ck => {
+                    if ok == ck {
+                        cur.next();
+                    }
+                    let (k, v) = old.next().expect("peeked");
+                    (k, v.as_ref())
+                }
+                (Some(_), _) => {
+                    let (k, v) = cur.next().expect("peeked");
+                    (k, Some(v))
+                }
+                (None, Some(_)) => {
+                    let (k, v) = old.next().expect("peeked");
+                    (k, v.as_ref())
+                }
+            };
+            let Some(v) = v else { continue };
             if !k.starts_with(&prefix) {
                 break;
             }
@@ -407,8 +448,7 @@ impl Store {
                         .last()
                         .map(|o: &Arc<Value>| obj_key(ns_of(o), name_of(o)))
                         .unwrap_or_default();
-                    let tok = json!({"v": "meta.k8s.io/v1", "rv": list_rv, "start": last});
-                    next = Some(base64::engine::general_purpose::STANDARD.encode(tok.to_string()));
+                    next = Some(encode_continue(list_rv as i64, &last));
                 }
                 remaining += 1;
                 continue;
@@ -417,6 +457,22 @@ impl Store {
         }
         let remaining = next.as_ref().map(|_| remaining).filter(|_| labels.is_empty());
         Ok((out, list_rv, next, remaining))
+    }
+
+    /// The objects of `sk` that changed after `rv`, each with its state at `rv` (`None`: it did
+    /// not exist then), found by walking the event history back (events are in version order).
+    fn undo_since(st: &State, sk: &str, rv: u64) -> BTreeMap<String, Option<Arc<Value>>> {
+        let mut undo = BTreeMap::new();
+        if rv >= st.rv {
+            return undo;
+        }
+        let first = st.history.partition_point(|e| e.rv <= rv);
+        for e in st.history.range(first..).rev() {
+            if e.store_key == sk {
+                undo.insert(obj_key(&e.ns, name_of(&e.obj)), e.prev.clone());
+            }
+        }
+        undo
     }
 
     fn namespace_state(st: &State, ns: &str) -> Option<Arc<Value>> {
@@ -1066,6 +1122,7 @@ impl Store {
             let rv = st.rv;
             let mut gone = (*cur).clone();
             let mut removed_crs: Option<(String, BTreeMap<String, Arc<Value>>)> = None;
+            let mut closed_sk = None;
             gone["metadata"]["resourceVersion"] = json!(rv.to_string());
             if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
                 Self::refresh_crds(&mut st);
@@ -1074,6 +1131,7 @@ impl Store {
                 let pl =
                     cur.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or_default();
                 let sk_cr = format!("{g}/{pl}");
+                closed_sk = Some(sk_cr.clone());
                 if let Some(crs) = st.objects.remove(&sk_cr) {
                     removed_crs = Some((sk_cr, crs));
                 }
@@ -1110,6 +1168,9 @@ impl Store {
                     };
                     Self::record(&mut st, &self.tx, ev);
                 }
+            }
+            if let Some(sk_cr) = closed_sk {
+                let _ = self.closed_resources.send((sk_cr, st.rv));
             }
             drop(st);
             self.gc.notify_one();
@@ -1371,6 +1432,59 @@ impl Store {
             },
         );
         true
+    }
+}
+
+/// Which state a list without `continue` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAt {
+    /// The newest state.
+    Latest,
+    /// The state at exactly this resourceVersion (410 once compacted, 504 if in the future).
+    Exact(u64),
+}
+
+/// A continue token: base64 of `{"v":"meta.k8s.io/v1","rv":RV,"start":KEY}`, the shape of
+/// kube-apiserver's (`k8s.io/apiserver/pkg/storage/continue.go`), opaque to clients.
+fn encode_continue(rv: i64, start: &str) -> String {
+    let tok = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start});
+    base64::engine::general_purpose::STANDARD.encode(tok.to_string())
+}
+
+fn decode_continue(c: &str) -> ApiResult<(i64, String)> {
+    let invalid = || ApiError::bad_request("invalid continue token: continue key is not valid");
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c.trim_end_matches('='))
+        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(c))
+        .map_err(|_| invalid())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| invalid())?;
+    if v["v"] != "meta.k8s.io/v1" {
+        return Err(invalid());
+    }
+    let rv = v["rv"].as_i64().ok_or_else(invalid)?;
+    Ok((rv, v["start"].as_str().unwrap_or_default().to_string()))
+}
+
+/// 410 for a continue token older than the history, with a token that continues the list at
+/// the newest state (etcd3 store's `handleCompactedErrorForPaging`).
+fn continue_expired(start: &str) -> ApiError {
+    let mut e = ApiError::gone(
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+    );
+    e.details = Some(json!({crate::status::LIST_CONTINUE: encode_continue(-1, start)}));
+    e
+}
+
+/// 504 for a resourceVersion the store has not reached (`storage.NewTooLargeResourceVersionError`).
+pub fn too_large_rv(rv: u64, current: u64) -> ApiError {
+    ApiError {
+        code: 504,
+        reason: "Timeout",
+        message: format!("Timeout: Too large resource version: {rv}, current: {current}"),
+        details: Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1
+        })),
     }
 }
 
