@@ -884,18 +884,24 @@ async fn reflector_over_paged_lists_converges_under_churn() {
     let churn = {
         let (cms, done) = (cms.clone(), done.clone());
         tokio::spawn(async move {
+            // From the end of the key range down, so that the pages still to come are hit;
+            // two changes per object, so that a page showing the second and a watch replaying
+            // the first would take the object back in time.
             for i in 0..300usize {
-                cms.create(&PostParams::default(), &mk(format!("n{i:04}"))).await.expect("create");
-                cms.delete(&format!("o{:04}", i * 5), &DeleteParams::default())
+                let new = format!("p{i:04}");
+                cms.create(&PostParams::default(), &mk(new)).await.expect("create");
+                cms.delete(&format!("o{:04}", N - 1 - 3 * i), &DeleteParams::default())
                     .await
                     .expect("delete");
-                cms.patch(
-                    &format!("o{:04}", i * 5 + 1),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"data": {"v": i.to_string()}})),
-                )
-                .await
-                .expect("patch");
+                for step in 0..2 {
+                    cms.patch(
+                        &format!("o{:04}", N - 2 - 3 * i),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"data": {"v": format!("{i}-{step}")}})),
+                    )
+                    .await
+                    .expect("patch");
+                }
                 done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
         })
@@ -910,8 +916,11 @@ async fn reflector_over_paged_lists_converges_under_churn() {
     let seen: Arc<Mutex<HashMap<String, u64>>> = Arc::default();
     let regressions: Arc<Mutex<Vec<String>>> = Arc::default();
     let (reader, writer) = kube::runtime::reflector::store::<ConfigMap>();
+    // Whether a full paged list ended while the churn was still going.
+    let overlapped = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stream = {
         let (seen, regressions) = (seen.clone(), regressions.clone());
+        let (done, overlapped) = (done.clone(), overlapped.clone());
         watcher(cms.clone(), watcher::Config::default().labels("app=churn").page_size(100)).map_ok(
             move |ev| {
                 let check = |o: &ConfigMap| {
@@ -936,7 +945,12 @@ async fn reflector_over_paged_lists_converges_under_churn() {
                     watcher::Event::Apply(o)
                     | watcher::Event::InitApply(o)
                     | watcher::Event::Delete(o) => check(o),
-                    watcher::Event::Init | watcher::Event::InitDone => {}
+                    watcher::Event::InitDone => {
+                        if done.load(std::sync::atomic::Ordering::SeqCst) < 300 {
+                            overlapped.store(true, std::sync::atomic::Ordering::SeqCst);
+                        }
+                    }
+                    watcher::Event::Init => {}
                 }
                 ev
             },
@@ -973,6 +987,7 @@ async fn reflector_over_paged_lists_converges_under_churn() {
     })
     .await;
     task.abort();
+    assert!(overlapped.load(std::sync::atomic::Ordering::SeqCst), "the list ran during the churn");
     let r = regressions.lock().expect("regressions").clone();
     assert!(r.is_empty(), "objects went back in time: {r:?}");
 }
