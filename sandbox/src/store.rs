@@ -1227,8 +1227,34 @@ impl Store {
             )));
         }
         let rx = self.tx.subscribe();
-        let evs: Vec<Arc<Event>> = st.history.iter().filter(|e| e.rv > rv).cloned().collect();
+        let first = st.history.partition_point(|e| e.rv <= rv);
+        let evs: Vec<Arc<Event>> = st.history.range(first..).cloned().collect();
         Ok((evs, rx, st.rv))
+    }
+
+    /// The objects of `store_key` (optionally in one namespace) now, a receiver for every later
+    /// change and the version of that state, taken at once (the initial events of a watch).
+    pub fn watch_state(
+        &self,
+        store_key: &str,
+        ns: Option<&str>,
+    ) -> (Vec<Arc<Value>>, broadcast::Receiver<Arc<Event>>, u64) {
+        let st = self.lock();
+        let rx = self.tx.subscribe();
+        let objs = match st.objects.get(store_key) {
+            None => vec![],
+            Some(m) => match ns.filter(|n| !n.is_empty()) {
+                Some(ns) => {
+                    let prefix = format!("{ns}/");
+                    m.range(prefix.clone()..)
+                        .take_while(|(k, _)| k.starts_with(&prefix))
+                        .map(|(_, v)| v.clone())
+                        .collect()
+                }
+                None => m.values().cloned().collect(),
+            },
+        };
+        (objs, rx, st.rv)
     }
 
     /// One pass of the garbage collector and the namespace controller. Returns whether it changed anything.

@@ -753,6 +753,46 @@ async fn streaming_list_ends_initial_events_with_an_annotated_bookmark() {
     assert_eq!(bm["metadata"]["resourceVersion"], cur.to_string());
 }
 
+/// Ports cacher_test.go `TestWaitUntilWatchCacheFreshAndForceAllEvents`: a streaming list for a
+/// version the server never reaches fails with 504 "Too large resource version" instead of a
+/// stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_list_from_a_future_version_is_504() {
+    let sb = common::sandbox().await;
+    let raw = Raw::new(&sb);
+    let cur = sb_current_rv(&raw).await;
+    let future = cur + 500;
+    let r = raw
+        .get(&format!(
+            "{CMS}?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion={future}"
+        ))
+        .await;
+    assert_eq!(r.code, 504, "{}", r.body);
+    assert_eq!(r.body["reason"], "Timeout");
+    assert_eq!(
+        r.body["message"],
+        format!("Timeout: Too large resource version: {future}, current: {cur}")
+    );
+}
+
+/// Ports cacher_test.go `TestEmptyWatchEventCache` (the "RV+1" case): a plain watch from a
+/// version the server has not reached is accepted at once and delivers only changes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_ahead_of_the_store_delivers_only_later_changes() {
+    let sb = common::sandbox().await;
+    let raw = Raw::new(&sb);
+    let cur = sb_current_rv(&raw).await;
+    let mut w = raw.open(&format!("{CMS}?watch=true&resourceVersion={}", cur + 2)).await;
+    let mut made = vec![];
+    for name in ["one", "two", "three"] {
+        made.push(raw.create(name, json!({})).await);
+    }
+    assert_eq!(made[1], cur + 2, "nothing else writes meanwhile");
+    let (evs, _) = w.read(Duration::from_secs(20), |evs| !evs.is_empty()).await;
+    assert_eq!(types(&evs), vec!["ADDED"]);
+    assert_eq!(evs[0].0["object"]["metadata"]["name"], "three");
+}
+
 /// Ports watcher_tests.go `RunWatchSemantics` (sendInitialEvents=false with resourceVersion
 /// unset): no initial state, only changes from now on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -51,9 +51,7 @@ pub(super) fn watch(
             let (_, rx, rv) = store.watch_from(store.current_rv())?;
             (vec![], vec![], rx, rv, None)
         } else if from_state {
-            let (evs, rx, rv) = store.watch_from(store.current_rv())?;
-            let _ = evs;
-            let objs = store.list_all(&sk, ns_filter.as_deref());
+            let (objs, rx, rv) = store.watch_state(&sk, ns_filter.as_deref());
             (objs, vec![], rx, rv, None)
         } else {
             let n: u64 = rv_param.parse().map_err(|_| {
