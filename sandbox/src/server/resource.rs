@@ -125,10 +125,12 @@ async fn list_or_watch(req: &Request<'_>, t: &Target) -> ApiResult<Response> {
     let (labels, fsel) = list_selectors(req, ri)?;
     validate_list_options(req.q, req.is_watch())?;
     if req.is_watch() {
-        // A streaming list waits until the state is at least as new as its resourceVersion
-        // (the cacher's waitUntilWatchCacheFreshAndForceAllEvents): 504 if it never gets there.
+        // A streaming list (sendInitialEvents and allowWatchBookmarks: the cacher's
+        // isListWatchRequest) waits until the state is at least as new as its resourceVersion
+        // (waitUntilWatchCacheFreshAndForceAllEvents): 504 if it never gets there.
         let rv = req.q.get("resourceVersion").map(String::as_str).unwrap_or_default();
-        if req.q.get("sendInitialEvents").is_some_and(|s| s == "true") && !rv.is_empty() {
+        let on = |k: &str| req.q.get(k).is_some_and(|s| s == "true");
+        if on("sendInitialEvents") && on("allowWatchBookmarks") && !rv.is_empty() {
             wait_until_fresh(&req.app.store, parse_rv(rv)?).await?;
         }
         let table = table_request(req.headers, req.q);
