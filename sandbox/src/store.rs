@@ -1470,25 +1470,35 @@ pub enum ReadAt {
     Exact(u64),
 }
 
-/// A continue token: base64 of `{"v":"meta.k8s.io/v1","rv":RV,"start":KEY}`, the shape of
-/// kube-apiserver's (`k8s.io/apiserver/pkg/storage/continue.go`), opaque to clients.
+/// A continue token: unpadded URL-safe base64 of `{"v":"meta.k8s.io/v1","rv":RV,"start":KEY}`,
+/// the shape of kube-apiserver's (`k8s.io/apiserver/pkg/storage/continue.go`), opaque to clients.
 fn encode_continue(rv: i64, start: &str) -> String {
     let tok = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start});
-    base64::engine::general_purpose::STANDARD.encode(tok.to_string())
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tok.to_string())
 }
 
+/// `DecodeContinue`, its errors worded as the storage layer words them (400 BadRequest).
 fn decode_continue(c: &str) -> ApiResult<(i64, String)> {
-    let invalid = || ApiError::bad_request("invalid continue token: continue key is not valid");
+    let invalid = |why: &str| {
+        ApiError::bad_request(format!("invalid continue token: continue key is not valid{why}"))
+    };
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(c.trim_end_matches('='))
         .or_else(|_| base64::engine::general_purpose::STANDARD.decode(c))
-        .map_err(|_| invalid())?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|_| invalid())?;
+        .map_err(|e| invalid(&format!(": {e}")))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| invalid(&format!(": {e}")))?;
     if v["v"] != "meta.k8s.io/v1" {
-        return Err(invalid());
+        return Err(invalid(": server does not recognize this encoded version"));
     }
-    let rv = v["rv"].as_i64().ok_or_else(invalid)?;
-    Ok((rv, v["start"].as_str().unwrap_or_default().to_string()))
+    let rv = v["rv"].as_i64().unwrap_or(0);
+    if rv == 0 {
+        return Err(invalid(": incorrect encoded start resourceVersion (version meta.k8s.io/v1)"));
+    }
+    let start = v["start"].as_str().unwrap_or_default();
+    if start.is_empty() {
+        return Err(invalid(": encoded start key empty (version meta.k8s.io/v1)"));
+    }
+    Ok((rv, start.to_string()))
 }
 
 /// 410 for a continue token older than the history, with a token that continues the list at

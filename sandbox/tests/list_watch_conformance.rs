@@ -569,6 +569,46 @@ async fn continue_with_a_resource_version_is_rejected() {
     );
 }
 
+/// Ports k8s.io/apiserver/pkg/storage/continue_test.go `Test_decodeContinue`: malformed tokens,
+/// a zero resourceVersion and an unknown encoding version are 400 "invalid continue token";
+/// tokens are unpadded URL-safe base64, usable in a URL as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_continue_tokens_are_400() {
+    let sb = common::sandbox().await;
+    let raw = Raw::new(&sb);
+    let enc = |v: Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let cases = [
+        ("%21%21".to_string(), None),
+        (
+            enc(json!({"v": "meta.k8s.io/v1", "rv": 0, "start": "default/a"})),
+            Some(": incorrect encoded start resourceVersion (version meta.k8s.io/v1)"),
+        ),
+        (
+            enc(json!({"v": "v0", "rv": 5, "start": "default/a"})),
+            Some(": server does not recognize this encoded version"),
+        ),
+        (
+            enc(json!({"v": "meta.k8s.io/v1", "rv": 5, "start": ""})),
+            Some(": encoded start key empty (version meta.k8s.io/v1)"),
+        ),
+    ];
+    for (tok, why) in cases {
+        let r = raw.get(&format!("{CMS}?limit=1&continue={tok}")).await;
+        assert_eq!(r.code, 400, "{tok}: {}", r.body);
+        let msg = r.body["message"].as_str().expect("message");
+        assert!(msg.starts_with("invalid continue token: continue key is not valid"), "{msg}");
+        if let Some(why) = why {
+            assert_eq!(msg, format!("invalid continue token: continue key is not valid{why}"));
+        }
+    }
+    for i in 0..3 {
+        raw.create(&format!("t{i}"), json!({})).await;
+    }
+    let r = raw.get(&format!("{CMS}?limit=1")).await;
+    let tok = r.body["metadata"]["continue"].as_str().expect("continue");
+    assert!(tok.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{tok}");
+}
+
 /// Ports kubectl's handling of the same validation (`kubectl get --raw`): the Status message
 /// reaches the user.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
