@@ -850,9 +850,9 @@ async fn watch_without_initial_events_starts_from_now() {
     assert_eq!(evs[0].0["object"]["metadata"]["name"], "new");
 }
 
-/// Ports API concepts "410 Gone responses" / storage watcher_tests.go `RunTestWatchError`-style
-/// expiry: with a small event history (SandboxOptions::watch_history), a watch from a version
-/// that fell out of it gets an ERROR event with 410 Expired.
+/// Ports API concepts "410 Gone responses" (and the watch cache's `getAllEventsSinceLocked`,
+/// "too old resource version"): with a small event history (`SandboxOptions::watch_history`), a
+/// watch from a version that fell out of it gets an ERROR event with 410 Expired.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_from_a_version_outside_the_event_history_is_410() {
     let sb = sandbox_with_history(5).await;
