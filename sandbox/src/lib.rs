@@ -44,7 +44,9 @@ pub struct SandboxOptions {
     pub kubeconfig: Option<PathBuf>,
     /// Run the workload simulator.
     pub simulate_workloads: bool,
-    /// How many change events watches can resume from (older versions get 410 Gone).
+    /// How many change events the store keeps (`serve --event-history`): watches resume from
+    /// them and paged or `Exact` lists rebuild older snapshots from them; older versions get
+    /// 410 Gone.
     pub watch_history: usize,
     /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
     pub bookmark_interval: Duration,

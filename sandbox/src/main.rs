@@ -1,4 +1,5 @@
-//! `ksync-sandbox serve --listen 127.0.0.1:PORT --kubeconfig FILE [--simulate-workloads]`.
+//! `ksync-sandbox serve --listen 127.0.0.1:PORT --kubeconfig FILE [--simulate-workloads]
+//! [--event-history N]`.
 
 use clap::{Parser, Subcommand};
 use ksync_sandbox::{Sandbox, SandboxOptions};
@@ -26,6 +27,10 @@ enum Cmd {
         /// Run the kwok-like workload simulator.
         #[arg(long)]
         simulate_workloads: bool,
+        /// How many change events the store keeps: watches and paged or exact lists at older
+        /// versions get 410 Gone.
+        #[arg(long, default_value_t = SandboxOptions::default().watch_history)]
+        event_history: usize,
     },
 }
 
@@ -40,11 +45,12 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Serve { listen, kubeconfig, simulate_workloads } => {
+        Cmd::Serve { listen, kubeconfig, simulate_workloads, event_history } => {
             let opts = SandboxOptions {
                 listen,
                 kubeconfig: Some(kubeconfig),
                 simulate_workloads,
+                watch_history: event_history,
                 ..Default::default()
             };
             let sb = Sandbox::start(opts).await?;

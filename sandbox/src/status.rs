@@ -36,6 +36,10 @@ fn details(group: &str, plural: &str, name: &str) -> Value {
     d
 }
 
+/// A key of `details` that is not a StatusDetails field: `to_status` moves it to the Status's
+/// `metadata.continue` (a 410 for an expired continue token carries a fresh token there).
+pub const LIST_CONTINUE: &str = "__listContinue";
+
 impl ApiError {
     pub fn to_status(&self) -> Value {
         let mut s = json!({
@@ -48,7 +52,10 @@ impl ApiError {
             "code": self.code,
         });
         if let Some(d) = &self.details {
-            s["details"] = d.clone();
+            match d.get(LIST_CONTINUE) {
+                Some(c) => s["metadata"]["continue"] = c.clone(),
+                None => s["details"] = d.clone(),
+            }
         }
         if self.reason.is_empty()
             && let Some(o) = s.as_object_mut()

@@ -63,6 +63,9 @@ pub struct Store {
     pub gc: Notify,
     /// Closes every open watch with `410 Gone` (forced compaction).
     pub expire_watches: broadcast::Sender<u64>,
+    /// A resource that stopped being served (its CRD was deleted) after the event at this
+    /// version: its open watches end, as kube-apiserver tears down the CRD's storage.
+    pub closed_resources: broadcast::Sender<(String, u64)>,
     /// The cluster CA, published in every namespace as `kube-root-ca.crt`.
     pub ca_pem: std::sync::OnceLock<String>,
 }
@@ -171,6 +174,7 @@ impl Store {
     pub fn new(history_limit: usize) -> Arc<Self> {
         let (tx, _) = broadcast::channel(65536);
         let (expire, _) = broadcast::channel(16);
+        let (closed, _) = broadcast::channel(64);
         let store = Arc::new(Store {
             state: Mutex::new(State {
                 rv: 1,
@@ -183,6 +187,7 @@ impl Store {
             tx,
             gc: Notify::new(),
             expire_watches: expire,
+            closed_resources: closed,
             ca_pem: std::sync::OnceLock::new(),
         });
         let ri = store.resource("", "v1", "namespaces").expect("namespaces resource");
@@ -361,6 +366,9 @@ impl Store {
 
     /// A list with selectors and `limit`/`continue` pagination
     /// (<https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks>).
+    /// Every page of a paged list reads the same snapshot: the one at the first page's
+    /// resourceVersion, rebuilt from the event history; `at` picks the first page's version.
+    #[allow(clippy::too_many_arguments)]
     pub fn list(
         &self,
         ri: &ResourceInfo,
@@ -369,28 +377,39 @@ impl Store {
         fieldsel: &FieldSelector,
         limit: Option<usize>,
         cont: Option<&str>,
+        at: ReadAt,
     ) -> ApiResult<ListPage> {
         let st = self.lock();
         let (list_rv, start) = match cont {
             Some(c) if !c.is_empty() => {
-                let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-                    .decode(c.trim_end_matches('='))
-                    .or_else(|_| base64::engine::general_purpose::STANDARD.decode(c))
-                    .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
-                let v: Value = serde_json::from_slice(&raw)
-                    .map_err(|_| ApiError::bad_request("continue key is not valid"))?;
-                let rv = v["rv"].as_u64().unwrap_or(0);
-                if rv <= st.compacted {
-                    return Err(ApiError::gone(
-                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-                    ));
+                let (rv, start) = decode_continue(c)?;
+                // -1: continue at the newest state (the token of a 410 answer).
+                let rv = if rv < 0 { st.rv } else { rv as u64 };
+                if rv < st.compacted {
+                    return Err(continue_expired(&start));
                 }
-                (rv, v["start"].as_str().unwrap_or_default().to_string())
+                (rv, start)
             }
-            _ => (st.rv, String::new()),
+            _ => match at {
+                ReadAt::Latest => (st.rv, String::new()),
+                ReadAt::Exact(rv) => {
+                    if rv > st.rv {
+                        return Err(too_large_rv(rv, st.rv));
+                    }
+                    if rv < st.compacted {
+                        return Err(ApiError::gone(
+                            "The resourceVersion for the provided list is too old.",
+                        ));
+                    }
+                    (rv, String::new())
+                }
+            },
         };
+        let sk = ri.store_key();
         let empty = BTreeMap::new();
-        let m = st.objects.get(&ri.store_key()).unwrap_or(&empty);
+        let m = st.objects.get(&sk).unwrap_or(&empty);
+        // What changed since the snapshot: key -> its state then (None: absent then).
+        let undo = Self::undo_since(&st, &sk, list_rv);
         let prefix = match ns {
             Some(ns) if !ns.is_empty() => format!("{ns}/"),
             _ => String::new(),
@@ -399,7 +418,29 @@ impl Store {
         let mut out = vec![];
         let mut next = None;
         let mut remaining = 0usize;
-        for (k, v) in m.range(from..) {
+        let mut cur = m.range(from.clone()..).peekable();
+        let mut old = undo.range(from..).peekable();
+        loop {
+            // Merge the live objects with the undone changes, in key order; the undo wins.
+            let (k, v) = match (cur.peek(), old.peek()) {
+                (None, None) => break,
+                (Some((ck, _)), Some((ok, _))) if ok <= ck => {
+                    if ok == ck {
+                        cur.next();
+                    }
+                    let (k, v) = old.next().expect("peeked");
+                    (k, v.as_ref())
+                }
+                (Some(_), _) => {
+                    let (k, v) = cur.next().expect("peeked");
+                    (k, Some(v))
+                }
+                (None, Some(_)) => {
+                    let (k, v) = old.next().expect("peeked");
+                    (k, v.as_ref())
+                }
+            };
+            let Some(v) = v else { continue };
             if !k.starts_with(&prefix) {
                 break;
             }
@@ -417,8 +458,7 @@ impl Store {
                         .last()
                         .map(|o: &Arc<Value>| obj_key(ns_of(o), name_of(o)))
                         .unwrap_or_default();
-                    let tok = json!({"v": "meta.k8s.io/v1", "rv": list_rv, "start": last});
-                    next = Some(base64::engine::general_purpose::STANDARD.encode(tok.to_string()));
+                    next = Some(encode_continue(list_rv as i64, &last));
                 }
                 remaining += 1;
                 continue;
@@ -427,6 +467,22 @@ impl Store {
         }
         let remaining = next.as_ref().map(|_| remaining).filter(|_| labels.is_empty());
         Ok((out, list_rv, next, remaining))
+    }
+
+    /// The objects of `sk` that changed after `rv`, each with its state at `rv` (`None`: it did
+    /// not exist then), found by walking the event history back (events are in version order).
+    fn undo_since(st: &State, sk: &str, rv: u64) -> BTreeMap<String, Option<Arc<Value>>> {
+        let mut undo = BTreeMap::new();
+        if rv >= st.rv {
+            return undo;
+        }
+        let first = st.history.partition_point(|e| e.rv <= rv);
+        for e in st.history.range(first..).rev() {
+            if e.store_key == sk {
+                undo.insert(obj_key(&e.ns, name_of(&e.obj)), e.prev.clone());
+            }
+        }
+        undo
     }
 
     fn namespace_state(st: &State, ns: &str) -> Option<Arc<Value>> {
@@ -1150,6 +1206,7 @@ impl Store {
             let rv = st.rv;
             let mut gone = (*cur).clone();
             let mut removed_crs: Option<(String, BTreeMap<String, Arc<Value>>)> = None;
+            let mut closed_sk = None;
             gone["metadata"]["resourceVersion"] = json!(rv.to_string());
             if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
                 Self::refresh_crds(&mut st);
@@ -1158,6 +1215,7 @@ impl Store {
                 let pl =
                     cur.pointer("/spec/names/plural").and_then(Value::as_str).unwrap_or_default();
                 let sk_cr = format!("{g}/{pl}");
+                closed_sk = Some(sk_cr.clone());
                 if let Some(crs) = st.objects.remove(&sk_cr) {
                     removed_crs = Some((sk_cr, crs));
                 }
@@ -1194,6 +1252,9 @@ impl Store {
                     };
                     Self::record(&mut st, &self.tx, ev);
                 }
+            }
+            if let Some(sk_cr) = closed_sk {
+                let _ = self.closed_resources.send((sk_cr, st.rv));
             }
             drop(st);
             self.gc.notify_one();
@@ -1250,8 +1311,34 @@ impl Store {
             )));
         }
         let rx = self.tx.subscribe();
-        let evs: Vec<Arc<Event>> = st.history.iter().filter(|e| e.rv > rv).cloned().collect();
+        let first = st.history.partition_point(|e| e.rv <= rv);
+        let evs: Vec<Arc<Event>> = st.history.range(first..).cloned().collect();
         Ok((evs, rx, st.rv))
+    }
+
+    /// The objects of `store_key` (optionally in one namespace) now, a receiver for every later
+    /// change and the version of that state, taken at once (the initial events of a watch).
+    pub fn watch_state(
+        &self,
+        store_key: &str,
+        ns: Option<&str>,
+    ) -> (Vec<Arc<Value>>, broadcast::Receiver<Arc<Event>>, u64) {
+        let st = self.lock();
+        let rx = self.tx.subscribe();
+        let objs = match st.objects.get(store_key) {
+            None => vec![],
+            Some(m) => match ns.filter(|n| !n.is_empty()) {
+                Some(ns) => {
+                    let prefix = format!("{ns}/");
+                    m.range(prefix.clone()..)
+                        .take_while(|(k, _)| k.starts_with(&prefix))
+                        .map(|(_, v)| v.clone())
+                        .collect()
+                }
+                None => m.values().cloned().collect(),
+            },
+        };
+        (objs, rx, st.rv)
     }
 
     /// One pass of the garbage collector and the namespace controller. Returns whether it changed anything.
@@ -1455,6 +1542,69 @@ impl Store {
             },
         );
         true
+    }
+}
+
+/// Which state a list without `continue` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadAt {
+    /// The newest state.
+    Latest,
+    /// The state at exactly this resourceVersion (410 once compacted, 504 if in the future).
+    Exact(u64),
+}
+
+/// A continue token: unpadded URL-safe base64 of `{"v":"meta.k8s.io/v1","rv":RV,"start":KEY}`,
+/// the shape of kube-apiserver's (`k8s.io/apiserver/pkg/storage/continue.go`), opaque to clients.
+fn encode_continue(rv: i64, start: &str) -> String {
+    let tok = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tok.to_string())
+}
+
+/// `DecodeContinue`, its errors worded as the storage layer words them (400 BadRequest).
+fn decode_continue(c: &str) -> ApiResult<(i64, String)> {
+    let invalid = |why: &str| {
+        ApiError::bad_request(format!("invalid continue token: continue key is not valid{why}"))
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c.trim_end_matches('='))
+        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(c))
+        .map_err(|e| invalid(&format!(": {e}")))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| invalid(&format!(": {e}")))?;
+    if v["v"] != "meta.k8s.io/v1" {
+        return Err(invalid(": server does not recognize this encoded version"));
+    }
+    let rv = v["rv"].as_i64().unwrap_or(0);
+    if rv == 0 {
+        return Err(invalid(": incorrect encoded start resourceVersion (version meta.k8s.io/v1)"));
+    }
+    let start = v["start"].as_str().unwrap_or_default();
+    if start.is_empty() {
+        return Err(invalid(": encoded start key empty (version meta.k8s.io/v1)"));
+    }
+    Ok((rv, start.to_string()))
+}
+
+/// 410 for a continue token older than the history, with a token that continues the list at
+/// the newest state (etcd3 store's `handleCompactedErrorForPaging`).
+fn continue_expired(start: &str) -> ApiError {
+    let mut e = ApiError::gone(
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+    );
+    e.details = Some(json!({crate::status::LIST_CONTINUE: encode_continue(-1, start)}));
+    e
+}
+
+/// 504 for a resourceVersion the store has not reached (`storage.NewTooLargeResourceVersionError`).
+pub fn too_large_rv(rv: u64, current: u64) -> ApiError {
+    ApiError {
+        code: 504,
+        reason: "Timeout",
+        message: format!("Timeout: Too large resource version: {rv}, current: {current}"),
+        details: Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1
+        })),
     }
 }
 

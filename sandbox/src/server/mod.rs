@@ -44,8 +44,17 @@ fn json_response(code: u16, v: &Value) -> Response {
         .into_response()
 }
 
+/// An error Status; `Retry-After` when the Status asks for a delay (as kube-apiserver's
+/// `responsewriters.ErrorNegotiated`).
 pub fn error_response(e: &ApiError) -> Response {
-    json_response(e.code, &e.to_status())
+    let mut r = json_response(e.code, &e.to_status());
+    if let Some(s) = e.details.as_ref().and_then(|d| d["retryAfterSeconds"].as_u64())
+        && s > 0
+        && let Ok(v) = axum::http::HeaderValue::from_str(&s.to_string())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
 }
 
 fn parse_query(q: Option<&str>) -> Query {

@@ -230,3 +230,108 @@ pub(super) fn list_selectors(
     let fsel = FieldSelector::parse(&fs, &allowed)?;
     Ok((labels, fsel))
 }
+
+/// ListOptions validation of a list or watch, answered as kube-apiserver's 422
+/// (`k8s.io/apimachinery/pkg/apis/meta/internalversion/validation`: `ValidateListOptions`,
+/// WatchList enabled as in v1.33).
+pub(super) fn validate_list_options(q: &Query, watch: bool) -> ApiResult<()> {
+    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or_default();
+    let m = q.get("resourceVersionMatch").map(String::as_str).unwrap_or_default();
+    let cont = q.get("continue").is_some_and(|c| !c.is_empty());
+    let initial = q.contains_key("sendInitialEvents");
+    let forbidden = |field: &str, detail: &str| {
+        (field.to_string(), "FieldValueForbidden".to_string(), format!("Forbidden: {detail}"))
+    };
+    let unsupported = |value: &str, allowed: &[&str]| {
+        let allowed: Vec<String> = allowed.iter().map(|a| format!("{a:?}")).collect();
+        (
+            "resourceVersionMatch".to_string(),
+            "FieldValueNotSupported".to_string(),
+            format!("Unsupported value: {value:?}: supported values: {}", allowed.join(", ")),
+        )
+    };
+    let mut errs = vec![];
+    if watch {
+        if initial && m != "NotOlderThan" {
+            errs.push(forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !m.is_empty() {
+            if !initial {
+                errs.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if m != "NotOlderThan" {
+                errs.push(unsupported(m, &["NotOlderThan"]));
+            }
+            if cont {
+                errs.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else {
+        if !m.is_empty() {
+            if rv.is_empty() {
+                errs.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if cont {
+                errs.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if m != "Exact" && m != "NotOlderThan" {
+                errs.push(unsupported(m, &["Exact", "NotOlderThan", ""]));
+            }
+            if m == "Exact" && rv == "0" {
+                errs.push(forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if initial {
+            errs.push(forbidden("sendInitialEvents", "sendInitialEvents is forbidden for list"));
+        }
+    }
+    if errs.is_empty() {
+        return Ok(());
+    }
+    // errors.NewInvalid(GroupKind{meta.k8s.io, ListOptions}, "", errs).
+    let mut e = ApiError::invalid("meta.k8s.io", "ListOptions", "", errs);
+    e.message = e.message.replacen("ListOptions", "ListOptions.meta.k8s.io", 1);
+    if let Some(d) = e.details.as_mut().and_then(Value::as_object_mut) {
+        d.remove("name");
+    }
+    Err(e)
+}
+
+/// A resourceVersion parameter as a number (`invalid resource version` otherwise).
+pub(super) fn parse_rv(rv: &str) -> ApiResult<u64> {
+    rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv}")))
+}
+
+/// Wait up to 3 s for the store to reach `rv`, then answer 504 "Too large resource version"
+/// (the watch cache's `waitUntilFreshAndBlock`).
+pub(super) async fn wait_until_fresh(store: &Store, rv: u64) -> ApiResult<()> {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let cur = store.current_rv();
+        if cur >= rv {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(store::too_large_rv(rv, cur));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

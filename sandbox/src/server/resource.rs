@@ -1,8 +1,8 @@
 //! Requests on resource URLs: authorization, injected faults, then one handler per verb.
 
 use super::request::{
-    Request, Target, at_version, decode_body, field_validation, list_selectors, parse_target,
-    table_request, verb_of, write_opts,
+    Request, Target, at_version, decode_body, field_validation, list_selectors, parse_rv,
+    parse_target, table_request, validate_list_options, verb_of, wait_until_fresh, write_opts,
 };
 use super::{error_response, json_response, with_warnings};
 use crate::faults::Action;
@@ -37,7 +37,7 @@ pub(super) async fn resource_request(
         return access_review(req, &t);
     }
     match (req.method.clone(), t.name.as_deref()) {
-        (Method::GET, None) => list_or_watch(req, &t),
+        (Method::GET, None) => list_or_watch(req, &t).await,
         (Method::GET, Some(name)) if t.sub == "log" => pod_log(req, &t, name),
         (Method::GET, Some(name)) => get(req, &t, name),
         (Method::POST, None) => create(req, &t).await,
@@ -120,23 +120,51 @@ fn access_review(req: &Request, t: &Target) -> ApiResult<Response> {
 }
 
 /// `list` (optionally paged, or as a Table) or `watch` on a collection.
-fn list_or_watch(req: &Request, t: &Target) -> ApiResult<Response> {
+async fn list_or_watch(req: &Request<'_>, t: &Target) -> ApiResult<Response> {
     let ri = &t.ri;
     let (labels, fsel) = list_selectors(req, ri)?;
+    validate_list_options(req.q, req.is_watch())?;
     if req.is_watch() {
+        // A streaming list (sendInitialEvents and allowWatchBookmarks: the cacher's
+        // isListWatchRequest) waits until the state is at least as new as its resourceVersion
+        // (waitUntilWatchCacheFreshAndForceAllEvents): 504 if it never gets there.
+        let rv = req.q.get("resourceVersion").map(String::as_str).unwrap_or_default();
+        let on = |k: &str| req.q.get(k).is_some_and(|s| s == "true");
+        if on("sendInitialEvents") && on("allowWatchBookmarks") && !rv.is_empty() {
+            wait_until_fresh(&req.app.store, parse_rv(rv)?).await?;
+        }
         let table = table_request(req.headers, req.q);
         return super::watch::watch(req.app, ri.clone(), t.ns.clone(), labels, fsel, req.q, table);
     }
     let q = req.q;
     let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
-    let (items, rv, cont, remaining) = req.app.store.list(
-        ri,
-        t.ns.as_deref(),
-        &labels,
-        &fsel,
-        limit,
-        q.get("continue").map(String::as_str),
-    )?;
+    let cont = q.get("continue").map(String::as_str).filter(|c| !c.is_empty());
+    let rv = q.get("resourceVersion").map(String::as_str).unwrap_or_default();
+    let rv_match = q.get("resourceVersionMatch").map(String::as_str).unwrap_or_default();
+    // The resourceVersion semantics of a list (API concepts, "Semantics for get and list").
+    let at = if cont.is_some() {
+        if !rv.is_empty() && rv != "0" {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        store::ReadAt::Latest
+    } else if rv.is_empty() || rv == "0" {
+        // Most recent (consistent read) or any version: the newest.
+        store::ReadAt::Latest
+    } else {
+        let n = parse_rv(rv)?;
+        wait_until_fresh(&req.app.store, n).await?;
+        // Exact, or unset match with a limit (legacy exact for paged lists): that snapshot;
+        // otherwise NotOlderThan: the newest, which is not older.
+        if rv_match == "Exact" || rv_match.is_empty() && limit.is_some() {
+            store::ReadAt::Exact(n)
+        } else {
+            store::ReadAt::Latest
+        }
+    };
+    let (items, rv, cont, remaining) =
+        req.app.store.list(ri, t.ns.as_deref(), &labels, &fsel, limit, cont, at)?;
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         meta["continue"] = json!(c);
@@ -340,7 +368,8 @@ fn delete_collection(req: &Request, t: &Target) -> ApiResult<Response> {
     )?;
     let opts = req.delete_options();
     let dry = q.get("dryRun").is_some_and(|d| d == "All");
-    let (items, _, _, _) = store.list(ri, t.ns.as_deref(), &labels, &fsel, None, None)?;
+    let (items, _, _, _) =
+        store.list(ri, t.ns.as_deref(), &labels, &fsel, None, None, store::ReadAt::Latest)?;
     let mut deleted = vec![];
     for o in items {
         if let Ok((_, _)) = store.delete(ri, store::ns_of(&o), store::name_of(&o), &opts, dry) {

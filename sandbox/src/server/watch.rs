@@ -33,7 +33,10 @@ pub(super) fn watch(
     let store = app.store.clone();
     let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
-    let initial_events = q.get("sendInitialEvents").is_some_and(|b| b == "true");
+    // sendInitialEvents defaults to true for resourceVersion "" and "0", false otherwise
+    // (API concepts, "Streaming lists"; ListOptions.sendInitialEvents).
+    let explicit_initial = q.get("sendInitialEvents").map(|b| b == "true");
+    let initial_events = explicit_initial == Some(true);
     let timeout =
         q.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).map(Duration::from_secs);
     let interval = app.bookmark_interval;
@@ -42,11 +45,13 @@ pub(super) fn watch(
     let matches = move |o: &Value| labels.matches(o) && fsel.matches(o);
     // Start: synthetic ADDED for the current state ("" / "0" or sendInitialEvents), or replay after N.
     let (initial, replay, mut rx, start_rv, gone) = {
-        let from_state = rv_param.is_empty() || rv_param == "0" || initial_events;
-        if from_state {
-            let (evs, rx, rv) = store.watch_from(store.current_rv())?;
-            let _ = evs;
-            let objs = store.list_all(&sk, ns_filter.as_deref());
+        let from_state = explicit_initial.unwrap_or(rv_param.is_empty() || rv_param == "0");
+        if explicit_initial == Some(false) && (rv_param.is_empty() || rv_param == "0") {
+            // No initial state: changes from now on.
+            let (_, rx, rv) = store.watch_from(store.current_rv())?;
+            (vec![], vec![], rx, rv, None)
+        } else if from_state {
+            let (objs, rx, rv) = store.watch_state(&sk, ns_filter.as_deref());
             (objs, vec![], rx, rv, None)
         } else {
             let n: u64 = rv_param.parse().map_err(|_| {
@@ -62,6 +67,7 @@ pub(super) fn watch(
         }
     };
     let mut expire = store.expire_watches.subscribe();
+    let mut closed = store.closed_resources.subscribe();
     // Table watches: one-row Tables, column definitions only in the first event (as kube-apiserver).
     let first = std::sync::atomic::AtomicBool::new(true);
     let ri_t = ri.clone();
@@ -94,23 +100,34 @@ pub(super) fn watch(
                 yield Ok(watch_line("ADDED", &present(&at_version(&ri, o))));
             }
         }
-        if initial_events {
+        // The end-of-initial-events bookmark goes, like every bookmark, only to watches that
+        // allow bookmarks (the cacher registers only those for bookmark dispatch).
+        if initial_events && bookmarks {
             let bm = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
             yield Ok(watch_line("BOOKMARK", &bm));
         }
         let relevant = |ev: &store::Event| ev.store_key == sk && ns_filter.as_deref().is_none_or(|n| n == ev.ns);
+        // The cacher's conversion (k8s.io/apiserver/pkg/storage/cacher, cacheWatcher
+        // convertToWatchEvent): a deleted object never passes the filter; an object that stops
+        // passing (or is deleted) yields DELETED with its previous state at the event's version.
         let render = |ev: &store::Event| -> Option<Bytes> {
-            let now_m = matches(&ev.obj);
-            let prev_m = ev.prev.as_ref().map(|p| matches(p));
-            let t = match (ev.etype, now_m, prev_m) {
-                (EventType::Deleted, _, Some(true)) | (EventType::Deleted, true, None) => "DELETED",
-                (EventType::Deleted, _, _) => return None,
-                (_, true, Some(true)) => ev.etype.as_str(),
-                (_, true, _) => "ADDED",
-                (EventType::Modified, false, Some(true)) => "DELETED",
-                _ => return None,
-            };
-            Some(watch_line(t, &present(&at_version(&ri, &ev.obj))))
+            let now_m = ev.etype != EventType::Deleted && matches(&ev.obj);
+            let prev_m = ev.prev.as_ref().is_some_and(|p| matches(p));
+            match (now_m, prev_m, &ev.prev) {
+                (true, true, _) => {
+                    Some(watch_line(ev.etype.as_str(), &present(&at_version(&ri, &ev.obj))))
+                }
+                (true, false, _) => Some(watch_line("ADDED", &present(&at_version(&ri, &ev.obj)))),
+                (false, true, Some(prev)) => {
+                    let mut old = at_version(&ri, prev);
+                    old["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
+                    Some(watch_line("DELETED", &present(&old)))
+                }
+                (false, false, None) if ev.etype == EventType::Deleted && matches(&ev.obj) => {
+                    Some(watch_line("DELETED", &present(&at_version(&ri, &ev.obj))))
+                }
+                _ => None,
+            }
         };
         for ev in &replay {
             last = last.max(ev.rv);
@@ -119,9 +136,21 @@ pub(super) fn watch(
         }
         let mut tick = tokio::time::interval(interval);
         tick.tick().await;
+        // One bookmark 2 s before the watch's deadline (cacheWatcher.nextBookmarkTime), so that
+        // the client resumes from a version as fresh as possible.
+        let mut pre_deadline = deadline
+            .filter(|_| bookmarks)
+            .and_then(|d| d.checked_sub(Duration::from_secs(2)))
+            .filter(|t| *t > tokio::time::Instant::now());
         loop {
             let sleep_deadline = async {
                 match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let sleep_pre = async {
+                match pre_deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
                     None => std::future::pending::<()>().await,
                 }
@@ -153,6 +182,29 @@ pub(super) fn watch(
                         let bm = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string()}});
                         yield Ok(watch_line("BOOKMARK", &bm));
                     }
+                }
+                r = closed.recv() => {
+                    // The resource is no longer served: deliver what happened up to its removal,
+                    // then end the stream.
+                    match r {
+                        Ok((closed_sk, at)) if closed_sk == sk => {
+                            while let Ok(ev) = rx.try_recv() {
+                                if ev.rv <= last { continue; }
+                                last = ev.rv;
+                                if relevant(&ev)
+                                    && let Some(b) = render(&ev) { yield Ok(b); }
+                                if ev.rv >= at { break; }
+                            }
+                            return;
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        _ => {}
+                    }
+                }
+                _ = sleep_pre => {
+                    pre_deadline = None;
+                    let bm = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string()}});
+                    yield Ok(watch_line("BOOKMARK", &bm));
                 }
                 _ = sleep_deadline => return,
             }
