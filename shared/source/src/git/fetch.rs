@@ -106,22 +106,44 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 
 fn looks_like_auth_failure(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
-    [
-        "401",
-        "403",
-        "unauthorized",
-        "forbidden",
-        "authenticat",
-        "credentials",
-        "permission denied",
-        "publickey",
-        "host key verification failed",
-        "remote host identification has changed",
-        "host key for",
-        "no matching host key",
-    ]
-    .iter()
-    .any(|p| lower.contains(p))
+    has_status_code(&lower, &["401", "403"])
+        || [
+            "unauthorized",
+            "forbidden",
+            "authenticat",
+            "credentials",
+            "permission denied",
+            "publickey",
+            "host key verification failed",
+            "remote host identification has changed",
+            "host key for",
+            "no matching host key",
+        ]
+        .iter()
+        .any(|p| lower.contains(p))
+}
+
+/// Whether `text` holds one of `codes` as a number of its own: not part of a longer number
+/// (a port such as 40173) and not a port itself (`:401`).
+fn has_status_code(text: &str, codes: &[&str]) -> bool {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while start < bytes.len() {
+        if !bytes[start].is_ascii_digit() {
+            start += 1;
+            continue;
+        }
+        let end = bytes[start..]
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .map_or(bytes.len(), |n| start + n);
+        let after_colon = start > 0 && bytes[start - 1] == b':';
+        if !after_colon && codes.contains(&&text[start..end]) {
+            return true;
+        }
+        start = end;
+    }
+    false
 }
 
 /// Scheme, host and port of a URL, for matching credential requests.
@@ -470,4 +492,28 @@ fn http_options(req: &FetchRequest, redactor: &Redactor) -> Result<http::Options
         backend: Some(Arc::new(Mutex::new(backend))),
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod auth_failure_tests {
+    use super::looks_like_auth_failure;
+
+    #[test]
+    fn status_codes_count_only_as_numbers_of_their_own() {
+        let cases = [
+            ("received http status 401", true),
+            ("http 403 forbidden", true),
+            (
+                "error sending request for url (https://127.0.0.1:40173/x): connection refused",
+                false,
+            ),
+            ("tcp connect error to 127.0.0.1:401: connection refused", false),
+            ("timed out after 4030ms", false),
+            ("permission denied (publickey)", true),
+            ("connection reset by peer", false),
+        ];
+        for (text, auth) in cases {
+            assert_eq!(looks_like_auth_failure(text), auth, "{text}");
+        }
+    }
 }
