@@ -11,6 +11,7 @@
 //!
 //! A 403 anywhere is [`EngineError::Forbidden`], naming the verb and the resource.
 
+use futures::{StreamExt, TryStreamExt, stream};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kuvryn_sync_api::{FailureReason, keys};
 use kuvryn_sync_core::desired::{DesiredObject, GroupKind, ObjectKey, Scope, group_of};
@@ -19,6 +20,10 @@ use kuvryn_sync_core::prune::ManagedObject;
 use serde_json::Value;
 
 use crate::kinds::{Kinds, ServedKind};
+
+/// Requests one engine makes at once (observing, or applying objects of one kind). Bounded, so
+/// one large Application cannot crowd out the others on the API server.
+pub const CONCURRENCY: usize = 8;
 
 /// Why the engine stopped; each maps to one failure reason.
 #[derive(Debug, thiserror::Error)]
@@ -75,32 +80,36 @@ impl std::fmt::Debug for Engine<'_> {
 }
 
 impl Engine<'_> {
-    /// Observe each object as Revision `revision` would apply it.
+    /// Observe each object as Revision `revision` would apply it; up to [`CONCURRENCY`] objects
+    /// at once, results in the order of `objects`.
     pub async fn observe(
         &self,
         objects: &[DesiredObject],
         revision: &str,
     ) -> Result<Vec<Observation>, EngineError> {
-        let mut observations = Vec::with_capacity(objects.len());
-        for object in objects {
-            let body = object.for_revision(revision);
-            let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
-            let api = self.api_for(&object.key, &api_version).await?;
-            let live = api.get_opt(&object.key.name).await.map_err(|err| {
-                classify(err, "get", &object.key, |message| EngineError::Plan {
-                    key: object.key.clone(),
-                    message,
-                })
-            })?;
-            let found = self.dry_run(&api, object, &body, live).await?;
-            observations.push(Observation {
+        stream::iter(objects)
+            .map(|object| self.observe_one(object, revision))
+            .buffered(CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    async fn observe_one(
+        &self,
+        object: &DesiredObject,
+        revision: &str,
+    ) -> Result<Observation, EngineError> {
+        let body = object.for_revision(revision);
+        let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
+        let api = self.api_for(&object.key, &api_version).await?;
+        let live = api.get_opt(&object.key.name).await.map_err(|err| {
+            classify(err, "get", &object.key, |message| EngineError::Plan {
                 key: object.key.clone(),
-                api_version,
-                wave: object.wave,
-                found,
-            });
-        }
-        Ok(observations)
+                message,
+            })
+        })?;
+        let found = self.dry_run(&api, object, &body, live).await?;
+        Ok(Observation { key: object.key.clone(), api_version, wave: object.wave, found })
     }
 
     async fn dry_run(
@@ -136,27 +145,38 @@ impl Engine<'_> {
         })
     }
 
-    /// Server-side apply `objects`, in the order given, for Revision `revision`.
+    /// Server-side apply `objects` for Revision `revision`, in the order given: consecutive
+    /// objects of one kind go up to [`CONCURRENCY`] at once, kinds one after the other (a CRD
+    /// before its custom resources, a Namespace before what lives in it).
     pub async fn apply(
         &self,
         objects: &[&DesiredObject],
         revision: &str,
     ) -> Result<(), EngineError> {
+        for batch in objects.chunk_by(|a, b| a.key.group_kind == b.key.group_kind) {
+            stream::iter(batch)
+                .map(|object| self.apply_one(object, revision))
+                .buffer_unordered(CONCURRENCY)
+                .try_collect::<Vec<()>>()
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn apply_one(&self, object: &DesiredObject, revision: &str) -> Result<(), EngineError> {
         let mut params = PatchParams::apply(self.field_manager);
         if self.adopt {
             params = params.force();
         }
-        for object in objects {
-            let body = object.for_revision(revision);
-            let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
-            let api = self.api_for(&object.key, &api_version).await?;
-            api.patch(&object.key.name, &params, &Patch::Apply(&body)).await.map_err(|err| {
-                classify(err, "patch", &object.key, |message| EngineError::Apply {
-                    key: object.key.clone(),
-                    message,
-                })
-            })?;
-        }
+        let body = object.for_revision(revision);
+        let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
+        let api = self.api_for(&object.key, &api_version).await?;
+        api.patch(&object.key.name, &params, &Patch::Apply(&body)).await.map_err(|err| {
+            classify(err, "patch", &object.key, |message| EngineError::Apply {
+                key: object.key.clone(),
+                message,
+            })
+        })?;
         Ok(())
     }
 
