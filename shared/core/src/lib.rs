@@ -15,6 +15,7 @@
 //! | [`order`] | the order objects are applied (stages, waves, kinds) and deleted in |
 //! | [`plan`] | a plan's actions, changed fields, conflicts, summary and digest |
 //! | [`prune`] | which managed objects a sync prunes, and which it keeps and why |
+//! | [`inventory`] | `status.managedKinds` before and after a sync, and the identity a sync acts as |
 //! | [`field_manager`] | an Application's server-side apply field manager |
 //! | [`repository`] | a Repository reconcile's status, Events and writes |
 
@@ -24,6 +25,7 @@ pub mod desired;
 pub mod discovery;
 pub mod duration;
 pub mod field_manager;
+pub mod inventory;
 pub mod order;
 pub mod plan;
 pub mod prune;
