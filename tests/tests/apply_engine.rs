@@ -232,6 +232,49 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
         "kept"
     );
 
+    // An object first created with a client-side `kubectl apply` is taken over without a conflict.
+    let manifest = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        manifest.path(),
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "by-hand", "namespace": namespace}, "data": {"a": "by hand"}}))?,
+    )?;
+    let kubectl = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(cluster.kubeconfig())
+        .args(["apply", "-f"])
+        .arg(manifest.path())
+        .output()
+        .await?;
+    assert!(kubectl.status.success(), "{}", String::from_utf8_lossy(&kubectl.stderr));
+    let by_hand =
+        desired(&admin, &kinds, &namespace, vec![config_map("by-hand", "from git")]).await?;
+    let taken = plan(
+        &by_hand.hash,
+        &engine.observe(&by_hand.objects, REVISION).await?,
+        &Default::default(),
+    );
+    assert!(taken.conflicts.is_empty(), "{:?}", taken.conflicts);
+    // The labels are new as a whole; the field Git changes is named.
+    assert_eq!(
+        actions(&taken),
+        vec![(
+            "ConfigMap/by-hand".to_owned(),
+            PlanAction::Update,
+            vec![
+                ".data.a".to_owned(),
+                ".metadata.annotations.sync.kuvryn.io/revision".to_owned(),
+                ".metadata.labels".to_owned(),
+            ]
+        )]
+    );
+    let by_hand_objects: Vec<_> = by_hand.objects.iter().collect();
+    engine.apply(&by_hand_objects, REVISION).await?;
+    assert_eq!(
+        cms.get("by-hand").await?.data.unwrap_or_default().get("a").map(String::as_str),
+        Some("from git")
+    );
+
     // A service account without rights: Forbidden, naming the verb and the resource.
     let nobody = clients.for_service_account(&namespace, "nobody")?;
     let denied = Engine { client: &nobody, kinds: &kinds, field_manager: &manager, adopt: false };

@@ -5,7 +5,8 @@
 //!   `conflictPolicy: adopt` a forced dry run follows so the plan can list what is taken. The
 //!   result feeds `kuvryn_sync_core::plan::plan`.
 //! - [`Engine::apply`]: server-side apply of each object in the order given (the caller passes
-//!   `core::order` groups), forcing only under adopt.
+//!   `core::order` groups), forcing under adopt, and otherwise only where every conflicting field
+//!   is held by a migrated manager (`core::plan::MIGRATED_MANAGERS`).
 //! - [`Engine::list_managed`] and [`Engine::delete`]: the inventory, found by the Application's
 //!   labels in the managed kinds, and pruning.
 //!
@@ -15,7 +16,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kuvryn_sync_api::{FailureReason, keys};
 use kuvryn_sync_core::desired::{DesiredObject, GroupKind, ObjectKey, Scope, group_of};
-use kuvryn_sync_core::plan::{Found, Observation, parse_conflict_message};
+use kuvryn_sync_core::plan::{Found, Observation, parse_conflict_message, real_conflicts};
 use kuvryn_sync_core::prune::ManagedObject;
 use serde_json::Value;
 
@@ -125,13 +126,16 @@ impl Engine<'_> {
             Ok(result) => Ok((result, Vec::new())),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let conflicts = parse_conflict_message(&status.message);
-                if !self.adopt {
+                let real = real_conflicts(&conflicts);
+                if !self.adopt && !real.is_empty() {
                     return Ok(Found::Conflicts(conflicts));
                 }
+                // Under adopt, or when every field is only migrated from before server-side
+                // apply or a client-side kubectl apply: take them over.
                 let forced = params.clone().force();
                 api.patch(&object.key.name, &forced, &Patch::Apply(body))
                     .await
-                    .map(|result| (result, conflicts))
+                    .map(|result| (result, real))
             }
             Err(err) => Err(err),
         };
@@ -171,7 +175,18 @@ impl Engine<'_> {
         let body = object.for_revision(revision);
         let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
         let api = self.api_for(&object.key, &api_version).await?;
-        api.patch(&object.key.name, &params, &Patch::Apply(&body)).await.map_err(|err| {
+        let applied = match api.patch(&object.key.name, &params, &Patch::Apply(&body)).await {
+            // Fields held only by migrated managers are taken over, as the plan said.
+            Err(kube::Error::Api(status))
+                if status.code == 409
+                    && real_conflicts(&parse_conflict_message(&status.message)).is_empty() =>
+            {
+                let forced = params.clone().force();
+                api.patch(&object.key.name, &forced, &Patch::Apply(&body)).await
+            }
+            other => other,
+        };
+        applied.map_err(|err| {
             classify(err, "patch", &object.key, |message| EngineError::Apply {
                 key: object.key.clone(),
                 message,

@@ -25,6 +25,15 @@ use crate::prune::{ManagedObject, PrunePlan};
 /// The manager Kubernetes records for fields set before server-side apply tracked them.
 pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
 
+/// The manager `kubectl apply` (client-side) records.
+pub const KUBECTL_CLIENT_SIDE_APPLY: &str = "kubectl-client-side-apply";
+
+/// Managers whose fields a sync takes over without counting a conflict: what existed before
+/// server-side apply tracked the object, and what a client-side `kubectl apply` wrote (the
+/// object was managed by hand from manifests; kubectl's own `--server-side` upgrade migrates
+/// these two the same way). Any other manager is a real conflict.
+pub const MIGRATED_MANAGERS: &[&str] = &[BEFORE_FIRST_APPLY, KUBECTL_CLIENT_SIDE_APPLY];
+
 /// At most this many changes are stored in a Revision's summary.
 pub const MAX_SUMMARY_CHANGES: usize = 100;
 
@@ -101,10 +110,13 @@ impl Plan {
     }
 }
 
-/// Conflicts that count: every field held by a manager other than [`BEFORE_FIRST_APPLY`].
+/// Conflicts that count: every field held by a manager not in [`MIGRATED_MANAGERS`].
 pub fn real_conflicts(conflicts: &[FieldConflict]) -> Vec<FieldConflict> {
-    let mut real: Vec<FieldConflict> =
-        conflicts.iter().filter(|c| c.manager != BEFORE_FIRST_APPLY).cloned().collect();
+    let mut real: Vec<FieldConflict> = conflicts
+        .iter()
+        .filter(|c| !MIGRATED_MANAGERS.contains(&c.manager.as_str()))
+        .cloned()
+        .collect();
     real.sort();
     real.dedup();
     real
@@ -383,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn conflicts_name_field_and_manager_and_before_first_apply_is_never_one() {
+    fn conflicts_name_field_and_manager_and_migrated_managers_are_never_one() {
         let observations = vec![
             observed(
                 "ConfigMap",
@@ -397,6 +409,11 @@ mod tests {
                 "ConfigMap",
                 "legacy",
                 Found::Conflicts(vec![conflict(".data.x", BEFORE_FIRST_APPLY)]),
+            ),
+            observed(
+                "ConfigMap",
+                "by-hand",
+                Found::Conflicts(vec![conflict(".data.y", KUBECTL_CLIENT_SIDE_APPLY)]),
             ),
         ];
         let plan = plan("h", &observations, &PrunePlan::default());
