@@ -19,15 +19,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
 use ksync_sandbox::{Sandbox, harness};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kuvryn_sync_api::PlanAction;
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{CONCURRENCY, Engine};
 use kuvryn_sync_apply::kinds::Kinds;
-use kuvryn_sync_core::desired::{DesiredState, Rendered, Target, normalise};
+use kuvryn_sync_core::desired::DesiredState;
 use kuvryn_sync_core::field_manager;
 use kuvryn_sync_core::order::apply_groups;
 use kuvryn_sync_core::plan::plan;
+use kuvryn_sync_tests::apply::{apply_raw, desired_state, grant_deployer};
 use serde_json::{Value, json};
 
 const OBJECTS: usize = 100;
@@ -52,55 +53,12 @@ fn manifests() -> Vec<Value> {
 /// A namespace with service account `deployer` allowed everything on the benchmark's kinds.
 async fn namespace_with_deployer(admin: &kube::Client, prefix: &str) -> Result<String> {
     let namespace = harness::create_namespace(admin, prefix).await?;
-    let objects = [
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-               "metadata": {"name": "deployer"},
-               "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets", "services"],
-                          "verbs": ["*"]}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": "deployer"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
-               "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": namespace}]}),
-    ];
-    let kinds = Kinds::default();
-    for object in objects {
-        apply_raw(admin, &kinds, &namespace, &object, "bench-setup").await?;
-    }
+    grant_deployer(admin, &namespace, &["configmaps", "secrets", "services"]).await?;
     Ok(namespace)
 }
 
-/// One raw server-side apply.
-async fn apply_raw(
-    client: &kube::Client,
-    kinds: &Kinds,
-    namespace: &str,
-    object: &Value,
-    manager: &str,
-) -> Result<()> {
-    let api_version = object["apiVersion"].as_str().context("apiVersion")?;
-    let kind = object["kind"].as_str().context("kind")?;
-    let name = object["metadata"]["name"].as_str().context("name")?;
-    let served = kinds.resolve(client, api_version, kind).await?.context("served kind")?;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &served.resource);
-    api.patch(name, &PatchParams::apply(manager), &Patch::Apply(object)).await?;
-    Ok(())
-}
-
 async fn desired(client: &kube::Client, kinds: &Kinds, namespace: &str) -> Result<DesiredState> {
-    let objects = manifests();
-    let scopes = kinds.scopes(client, &objects).await?;
-    let rendered: Vec<Rendered> = objects
-        .into_iter()
-        .enumerate()
-        .map(|(n, object)| Rendered { origin: format!("bench.yaml#{n}"), object })
-        .collect();
-    let target = Target {
-        application: "bench",
-        application_namespace: namespace,
-        destination_namespace: namespace,
-    };
-    Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)?)
+    desired_state(client, kinds, "bench", namespace, manifests()).await
 }
 
 /// Plan and apply everything through the engine; returns the plan's actions.

@@ -12,10 +12,11 @@ use kuvryn_sync_api::{PlanAction, keys};
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
-use kuvryn_sync_core::desired::{DesiredState, GroupKind, Rendered, Target, normalise};
+use kuvryn_sync_core::desired::{DesiredState, GroupKind};
 use kuvryn_sync_core::field_manager;
 use kuvryn_sync_core::plan::plan;
 use kuvryn_sync_core::prune::{KeepReason, plan_prune};
+use kuvryn_sync_tests::apply::{desired_state, grant_deployer};
 use kuvryn_sync_tests::cluster::TestCluster;
 use serde_json::{Value, json};
 
@@ -32,54 +33,12 @@ fn secret() -> Value {
 }
 
 async fn desired(
-    cluster_client: &kube::Client,
+    client: &kube::Client,
     kinds: &Kinds,
     namespace: &str,
     objects: Vec<Value>,
 ) -> Result<DesiredState> {
-    let scopes = kinds.scopes(cluster_client, &objects).await?;
-    let rendered: Vec<Rendered> = objects
-        .into_iter()
-        .enumerate()
-        .map(|(n, object)| Rendered { origin: format!("app.yaml#{n}"), object })
-        .collect();
-    let target = Target {
-        application: "web",
-        application_namespace: namespace,
-        destination_namespace: namespace,
-    };
-    Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)?)
-}
-
-/// A service account allowed everything on ConfigMaps and Secrets in `namespace`.
-async fn deployer(client: &kube::Client, namespace: &str) -> Result<()> {
-    let apply = |object: Value| {
-        let client = client.clone();
-        async move {
-            let api_version = object["apiVersion"].as_str().context("apiVersion")?.to_owned();
-            let kind = object["kind"].as_str().context("kind")?.to_owned();
-            let name = object["metadata"]["name"].as_str().context("name")?.to_owned();
-            let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-            let gvk = kube::core::GroupVersionKind::gvk(group, version, &kind);
-            let (resource, _) = kube::discovery::pinned_kind(&client, &gvk).await?;
-            let api: Api<kube::api::DynamicObject> =
-                Api::namespaced_with(client, namespace, &resource);
-            api.patch(&name, &PatchParams::apply("test-setup"), &Patch::Apply(&object)).await?;
-            anyhow::Ok(())
-        }
-    };
-    apply(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "deployer"}}))
-        .await?;
-    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "deployer"},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["*"]}]}))
-    .await?;
-    apply(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "deployer"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
-        "subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": namespace}]}))
-    .await?;
-    Ok(())
+    desired_state(client, kinds, "web", namespace, objects).await
 }
 
 fn actions(plan: &kuvryn_sync_core::plan::Plan) -> Vec<(String, PlanAction, Vec<String>)> {
@@ -94,7 +53,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
     let cluster = TestCluster::start().await?;
     let namespace = cluster.namespace("apply").await?;
     let admin = cluster.client();
-    deployer(&admin, &namespace).await?;
+    grant_deployer(&admin, &namespace, &["configmaps", "secrets"]).await?;
     let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
     let base = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
     let clients = ImpersonatedClients::new(base, 8);
