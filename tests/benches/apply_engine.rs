@@ -2,7 +2,8 @@
 //! TLS), measured against a baseline in the same run:
 //!
 //! - **plan + apply** of a 100-object Application through the engine, as its service account:
-//!   discovery, normalising, a get and a server-side dry-run per object, the plan, then the apply —
+//!   discovery, normalising, one labelled list per kind, a server-side dry-run per object, the
+//!   plan, then the apply —
 //!   against a raw kube-rs server-side apply of the same objects as the same service account with
 //!   the same concurrency. Median of several rounds, each into fresh namespaces. The goal is a
 //!   ratio of at most 1.5; the figure is printed, not enforced (it depends on the API server).
@@ -28,7 +29,7 @@ use kuvryn_sync_core::desired::DesiredState;
 use kuvryn_sync_core::field_manager;
 use kuvryn_sync_core::order::apply_groups;
 use kuvryn_sync_core::plan::plan;
-use kuvryn_sync_tests::apply::{apply_raw, desired_state, grant_deployer};
+use kuvryn_sync_tests::apply::{apply_raw, desired_state, grant_deployer, observe};
 use serde_json::{Value, json};
 
 const OBJECTS: usize = 100;
@@ -67,7 +68,7 @@ async fn engine_sync(client: &kube::Client, namespace: &str) -> Result<Vec<PlanA
     let manager = field_manager::for_application(namespace, "bench");
     let engine = Engine { client, kinds: &kinds, field_manager: &manager, adopt: false };
     let state = desired(client, &kinds, namespace).await?;
-    let observations = engine.observe(&state.objects, REVISION).await?;
+    let observations = observe(&engine, "bench", namespace, &state, REVISION).await?;
     let plan = plan(&state.hash, &observations, &Default::default());
     if !plan.conflicts.is_empty() {
         bail!("unexpected conflicts: {:?}", plan.conflicts);

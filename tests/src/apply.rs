@@ -1,10 +1,16 @@
 //! Helpers for tests and benchmarks of the apply engine: a service account with rights in a
 //! namespace, raw server-side applies, and desired state from plain objects.
 
+use std::collections::BTreeSet;
+
 use anyhow::{Context, Result};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kuvryn_sync_api::ManagedKind;
+use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_core::desired::{DesiredState, Rendered, Target, normalise};
+use kuvryn_sync_core::inventory;
+use kuvryn_sync_core::plan::Observation;
 use serde_json::{Value, json};
 
 /// The service account [`grant_deployer`] makes.
@@ -71,4 +77,19 @@ pub async fn desired_state(
     let target =
         Target { application, application_namespace: namespace, destination_namespace: namespace };
     Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)?)
+}
+
+/// Observe `state` the way the Application reconciler does: list the Application's live objects
+/// of the desired kinds by its labels, then dry-run each desired object against them.
+pub async fn observe(
+    engine: &Engine<'_>,
+    application: &str,
+    namespace: &str,
+    state: &DesiredState,
+    revision: &str,
+) -> Result<Vec<Observation>, EngineError> {
+    let kinds: BTreeSet<ManagedKind> = state.objects.iter().map(inventory::managed_kind).collect();
+    let kinds: Vec<ManagedKind> = kinds.into_iter().collect();
+    let live = engine.inventory(namespace, application, namespace, &kinds).await?.live();
+    engine.observe(&state.objects, revision, &live).await
 }

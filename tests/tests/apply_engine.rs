@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
-use kuvryn_sync_api::{PlanAction, keys};
+use kuvryn_sync_api::{ManagedKind, PlanAction, keys};
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
@@ -16,7 +16,7 @@ use kuvryn_sync_core::desired::{DesiredState, GroupKind};
 use kuvryn_sync_core::field_manager;
 use kuvryn_sync_core::plan::plan;
 use kuvryn_sync_core::prune::{KeepReason, plan_prune};
-use kuvryn_sync_tests::apply::{desired_state, grant_deployer};
+use kuvryn_sync_tests::apply::{desired_state, grant_deployer, observe};
 use kuvryn_sync_tests::cluster::TestCluster;
 use serde_json::{Value, json};
 
@@ -75,7 +75,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
         ],
     )
     .await?;
-    let observations = engine.observe(&state.objects, REVISION).await?;
+    let observations = observe(&engine, "web", &namespace, &state, REVISION).await?;
     let first = plan(&state.hash, &observations, &Default::default());
     assert!(
         actions(&first).iter().all(|(_, action, _)| *action == PlanAction::Create),
@@ -102,7 +102,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
     // Re-plan with nothing changed: all Unchanged, and planning wrote nothing.
     let version = one.metadata.resource_version.clone();
     let again =
-        plan(&state.hash, &engine.observe(&state.objects, REVISION).await?, &Default::default());
+        plan(&state.hash, &observe(&engine, "web", &namespace, &state, REVISION).await?, &Default::default());
     assert!(
         actions(&again).iter().all(|(_, a, _)| *a == PlanAction::Unchanged),
         "{:?}",
@@ -125,7 +125,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
     .await?;
     let update = plan(
         &changed.hash,
-        &engine.observe(&changed.objects, REVISION).await?,
+        &observe(&engine, "web", &namespace, &changed, REVISION).await?,
         &Default::default(),
     );
     let updates: Vec<_> =
@@ -138,7 +138,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
     // Another manager takes .data.a of "shared": our plan reports the conflict by field and manager.
     let theirs = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared"}, "data": {"a": "theirs"}});
     cms.patch("shared", &PatchParams::apply("other-team").force(), &Patch::Apply(&theirs)).await?;
-    let observed = engine.observe(&state.objects, REVISION).await?;
+    let observed = observe(&engine, "web", &namespace, &state, REVISION).await?;
     let conflicted = plan(&state.hash, &observed, &Default::default());
     assert_eq!(conflicted.conflicts.len(), 1, "{:?}", conflicted.conflicts);
     let (key, fields) = &conflicted.conflicts[0];
@@ -150,7 +150,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
         ..Engine { client: &client, kinds: &kinds, field_manager: &manager, adopt: false }
     };
     let adopted =
-        plan(&state.hash, &adopter.observe(&state.objects, REVISION).await?, &Default::default());
+        plan(&state.hash, &observe(&adopter, "web", &namespace, &state, REVISION).await?, &Default::default());
     let shared = adopted.changes.iter().find(|c| c.resource.name == "shared").context("shared")?;
     assert_eq!(shared.action, PlanAction::Update);
     assert_eq!(shared.adopted.first().map(|a| a.previous_manager.as_str()), Some("other-team"));
@@ -169,9 +169,10 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
         vec![config_map("one", "1"), config_map("shared", "ours")],
     )
     .await?;
-    let kinds_in_use =
-        vec![("v1".to_owned(), "ConfigMap".to_owned()), ("v1".to_owned(), "Secret".to_owned())];
-    let managed = engine.list_managed(&namespace, "web", &namespace, &kinds_in_use).await?;
+    let kinds_in_use = [("ConfigMap", true), ("Secret", true)].map(|(kind, namespaced)| {
+        ManagedKind { api_version: "v1".to_owned(), kind: kind.to_owned(), namespaced }
+    });
+    let managed = engine.inventory(&namespace, "web", &namespace, &kinds_in_use).await?.managed();
     let wanted: BTreeSet<_> = smaller.objects.iter().map(|o| o.key.clone()).collect();
     let managed_kinds: BTreeSet<_> =
         [GroupKind::new("", "ConfigMap"), GroupKind::new("", "Secret")].into();
@@ -210,7 +211,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
         desired(&admin, &kinds, &namespace, vec![config_map("by-hand", "from git")]).await?;
     let taken = plan(
         &by_hand.hash,
-        &engine.observe(&by_hand.objects, REVISION).await?,
+        &observe(&engine, "web", &namespace, &by_hand, REVISION).await?,
         &Default::default(),
     );
     assert!(taken.conflicts.is_empty(), "{:?}", taken.conflicts);
@@ -237,11 +238,11 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
     // A service account without rights: Forbidden, naming the verb and the resource.
     let nobody = clients.for_service_account(&namespace, "nobody")?;
     let denied = Engine { client: &nobody, kinds: &kinds, field_manager: &manager, adopt: false };
-    let err = denied.observe(&state.objects, REVISION).await.expect_err("forbidden");
+    let err = observe(&denied, "web", &namespace, &state, REVISION).await.expect_err("forbidden");
     let EngineError::Forbidden { verb, resource, .. } = &err else {
         panic!("Forbidden, got {err}")
     };
-    assert_eq!(*verb, "get");
+    assert_eq!(*verb, "patch");
     assert!(resource.contains("ConfigMap") && resource.contains(&namespace), "{resource}");
     assert_eq!(err.reason(), kuvryn_sync_api::FailureReason::Forbidden);
     Ok(())

@@ -1,22 +1,27 @@
 //! Plan, apply and prune for one Application, as its service account, under its field manager.
 //!
-//! - [`Engine::observe`]: per desired object, read the live object and make a server-side
-//!   dry-run apply without force; a 409 names the conflicting fields, and under
+//! - [`Engine::inventory`]: the Application's live objects, one labelled list per managed kind.
+//! - [`Engine::observe`]: per desired object, a server-side dry-run apply without force,
+//!   compared with the listed live object; a 409 names the conflicting fields, and under
 //!   `conflictPolicy: adopt` a forced dry run follows so the plan can list what is taken. The
 //!   result feeds `kuvryn_sync_core::plan::plan`.
 //! - [`Engine::apply`]: server-side apply of each object in the order given (the caller passes
 //!   `core::order` groups), forcing under adopt, and otherwise only where every conflicting field
 //!   is held by a migrated manager (`core::plan::MIGRATED_MANAGERS`).
-//! - [`Engine::list_managed`] and [`Engine::delete`]: the inventory, found by the Application's
-//!   labels in the managed kinds, and pruning.
+//! - [`Engine::delete`]: pruning.
 //!
-//! A 403 anywhere is [`EngineError::Forbidden`], naming the verb and the resource.
+//! A 403 anywhere is [`EngineError::Forbidden`], naming the verb and the resource, except on the
+//! inventory's lists, where it marks the kind unlisted.
+
+use std::collections::BTreeMap;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-use kuvryn_sync_api::{FailureReason, keys};
+use kuvryn_sync_api::{FailureReason, ManagedKind, keys};
 use kuvryn_sync_core::desired::{DesiredObject, GroupKind, ObjectKey, Scope, group_of};
-use kuvryn_sync_core::plan::{Found, Observation, parse_conflict_message, real_conflicts};
+use kuvryn_sync_core::plan::{
+    FieldConflict, Found, Observation, parse_conflict_message, real_conflicts,
+};
 use kuvryn_sync_core::prune::ManagedObject;
 use serde_json::Value;
 
@@ -60,6 +65,44 @@ impl EngineError {
     }
 }
 
+/// What a dry-run apply found.
+enum DryRun {
+    /// The apply would go through; `adopted` lists fields it takes from other managers.
+    Applied { result: Value, adopted: Vec<FieldConflict> },
+    /// The apply (without force) was refused for these fields.
+    Conflicts(Vec<FieldConflict>),
+}
+
+/// A live object carrying an Application's labels.
+#[derive(Clone, Debug)]
+pub struct LiveObject {
+    pub managed: ManagedObject,
+    /// The object as listed.
+    pub object: Value,
+}
+
+/// An Application's live objects, found by its labels in its managed kinds.
+#[derive(Clone, Debug, Default)]
+pub struct Inventory {
+    pub objects: Vec<LiveObject>,
+    /// Kinds that were listed.
+    pub listed: Vec<GroupKind>,
+    /// Kinds the service account may not list: `PruneInventoryIncomplete`, never pruned.
+    pub unlisted: Vec<GroupKind>,
+}
+
+impl Inventory {
+    /// The live objects by key, for [`Engine::observe`].
+    pub fn live(&self) -> BTreeMap<ObjectKey, Value> {
+        self.objects.iter().map(|o| (o.managed.key.clone(), o.object.clone())).collect()
+    }
+
+    /// The objects, for `core::prune::plan_prune`.
+    pub fn managed(&self) -> Vec<ManagedObject> {
+        self.objects.iter().map(|o| o.managed.clone()).collect()
+    }
+}
+
 /// The engine for one Application.
 pub struct Engine<'a> {
     /// A client impersonating the Application's service account.
@@ -81,15 +124,22 @@ impl std::fmt::Debug for Engine<'_> {
 }
 
 impl Engine<'_> {
-    /// Observe each object as Revision `revision` would apply it; up to [`CONCURRENCY`] objects
-    /// at once, results in the order of `objects`.
+    /// Observe each object as Revision `revision` would apply it, given the live objects the
+    /// [`inventory`](Self::inventory) found (the Application's own, by its labels); up to
+    /// [`CONCURRENCY`] objects at once, results in the order of `objects`.
+    ///
+    /// One request per object, the dry run: a dry-run create comes back without a
+    /// `resourceVersion` (nothing was stored), so an object missing from `live` is `Absent`
+    /// unless the dry run says it exists — one made by hand or by another tool — and only then
+    /// is it read.
     pub async fn observe(
         &self,
         objects: &[DesiredObject],
         revision: &str,
+        live: &BTreeMap<ObjectKey, Value>,
     ) -> Result<Vec<Observation>, EngineError> {
         stream::iter(objects)
-            .map(|object| self.observe_one(object, revision))
+            .map(|object| self.observe_one(object, revision, live.get(&object.key)))
             .buffered(CONCURRENCY)
             .try_collect()
             .await
@@ -99,18 +149,37 @@ impl Engine<'_> {
         &self,
         object: &DesiredObject,
         revision: &str,
+        listed: Option<&Value>,
     ) -> Result<Observation, EngineError> {
         let body = object.for_revision(revision);
         let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
         let api = self.api_for(&object.key, &api_version).await?;
-        let live = api.get_opt(&object.key.name).await.map_err(|err| {
-            classify(err, "get", &object.key, |message| EngineError::Plan {
-                key: object.key.clone(),
-                message,
-            })
-        })?;
-        let found = self.dry_run(&api, object, &body, live).await?;
+        let found = match self.dry_run(&api, object, &body).await? {
+            DryRun::Conflicts(conflicts) => Found::Conflicts(conflicts),
+            DryRun::Applied { result, adopted } => {
+                let live = match listed {
+                    Some(live) => Some(live.clone()),
+                    None if exists(&result) => self.read_live(&api, &object.key).await?,
+                    None => None,
+                };
+                match live {
+                    None => Found::Absent,
+                    Some(live) => Found::Present { live, dry_run: result, adopted },
+                }
+            }
+        };
         Ok(Observation { key: object.key.clone(), api_version, wave: object.wave, found })
+    }
+
+    async fn read_live(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &ObjectKey,
+    ) -> Result<Option<Value>, EngineError> {
+        let live = api.get_opt(&key.name).await.map_err(|err| {
+            classify(err, "get", key, |message| EngineError::Plan { key: key.clone(), message })
+        })?;
+        Ok(live.as_ref().map(to_value))
     }
 
     async fn dry_run(
@@ -118,8 +187,7 @@ impl Engine<'_> {
         api: &Api<DynamicObject>,
         object: &DesiredObject,
         body: &Value,
-        live: Option<DynamicObject>,
-    ) -> Result<Found, EngineError> {
+    ) -> Result<DryRun, EngineError> {
         let plan_error = |message| EngineError::Plan { key: object.key.clone(), message };
         let params = PatchParams::apply(self.field_manager).dry_run();
         let result = match api.patch(&object.key.name, &params, &Patch::Apply(body)).await {
@@ -128,7 +196,7 @@ impl Engine<'_> {
                 let conflicts = parse_conflict_message(&status.message);
                 let real = real_conflicts(&conflicts);
                 if !self.adopt && !real.is_empty() {
-                    return Ok(Found::Conflicts(conflicts));
+                    return Ok(DryRun::Conflicts(conflicts));
                 }
                 // Under adopt, or when every field is only migrated from before server-side
                 // apply or a client-side kubectl apply: take them over.
@@ -139,14 +207,9 @@ impl Engine<'_> {
             }
             Err(err) => Err(err),
         };
-        let (dry_run, adopted) =
+        let (result, adopted) =
             result.map_err(|err| classify(err, "patch", &object.key, plan_error))?;
-        Ok(match live {
-            None => Found::Absent,
-            Some(live) => {
-                Found::Present { live: to_value(&live), dry_run: to_value(&dry_run), adopted }
-            }
-        })
+        Ok(DryRun::Applied { result: to_value(&result), adopted })
     }
 
     /// Server-side apply `objects` for Revision `revision`, in the order given: consecutive
@@ -195,29 +258,29 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// The live objects carrying Application `namespace/name`'s labels, of `kinds` (each given as
-    /// an `apiVersion` and kind). Namespaced kinds are listed in `destination` only, the one
-    /// namespace an Application may write to; cluster-scoped kinds across the cluster.
-    pub async fn list_managed(
+    /// The live objects carrying Application `application_namespace/application`'s labels, of
+    /// `kinds`. Namespaced kinds are listed in `destination` only, the one namespace an
+    /// Application may write to; cluster-scoped kinds across the cluster. One list per kind, as
+    /// the service account; a kind it may not list is reported in [`Inventory::unlisted`] (never
+    /// prune what cannot be seen), a kind the API server no longer serves is skipped.
+    pub async fn inventory(
         &self,
         application_namespace: &str,
         application: &str,
         destination: &str,
-        kinds: &[(String, String)],
-    ) -> Result<Vec<ManagedObject>, EngineError> {
+        kinds: &[ManagedKind],
+    ) -> Result<Inventory, EngineError> {
         let selector = format!(
             "{}={application},{}={application_namespace}",
             keys::APPLICATION,
             keys::APPLICATION_NAMESPACE
         );
-        let mut managed = Vec::new();
-        for (api_version, kind) in kinds {
-            let group_kind = GroupKind::new(group_of(api_version), kind);
-            let inventory_error =
-                |message| EngineError::Inventory { kind: group_kind.clone(), message };
+        let mut inventory = Inventory::default();
+        for kind in kinds {
+            let group_kind = GroupKind::new(group_of(&kind.api_version), &kind.kind);
             let Some(served) = self
                 .kinds
-                .resolve(self.client, api_version, kind)
+                .resolve(self.client, &kind.api_version, &kind.kind)
                 .await
                 .map_err(EngineError::Discovery)?
             else {
@@ -229,36 +292,45 @@ impl Engine<'_> {
                 }
                 Scope::Cluster => Api::all_with(self.client.clone(), &served.resource),
             };
-            let list =
-                api.list(&ListParams::default().labels(&selector)).await.map_err(
-                    |err| match err {
-                        kube::Error::Api(status) if status.code == 403 => EngineError::Forbidden {
-                            verb: "list",
-                            resource: served.resource.plural.clone(),
-                            message: status.message,
-                        },
-                        other => inventory_error(other.to_string()),
-                    },
-                )?;
-            for item in list.items {
+            let list = match api.list(&ListParams::default().labels(&selector)).await {
+                Ok(list) => list,
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    inventory.unlisted.push(group_kind);
+                    continue;
+                }
+                Err(err) => {
+                    return Err(EngineError::Inventory {
+                        kind: group_kind,
+                        message: err.to_string(),
+                    });
+                }
+            };
+            inventory.listed.push(group_kind.clone());
+            for mut item in list.items {
+                // A list's items carry no kind of their own.
+                item.types = Some(kube::core::TypeMeta {
+                    api_version: kind.api_version.clone(),
+                    kind: kind.kind.clone(),
+                });
                 let prune_disabled = item
                     .metadata
                     .annotations
                     .as_ref()
                     .and_then(|a| a.get(keys::PRUNE))
                     .is_some_and(|v| v == keys::PRUNE_DISABLED);
-                managed.push(ManagedObject {
+                let managed = ManagedObject {
                     key: ObjectKey {
                         group_kind: group_kind.clone(),
                         namespace: item.metadata.namespace.clone(),
                         name: item.metadata.name.clone().unwrap_or_default(),
                     },
-                    api_version: api_version.clone(),
+                    api_version: kind.api_version.clone(),
                     prune_disabled,
-                });
+                };
+                inventory.objects.push(LiveObject { managed, object: to_value(&item) });
             }
         }
-        Ok(managed)
+        Ok(inventory)
     }
 
     /// Delete `objects`, in the order given; one already gone is fine.
@@ -312,6 +384,12 @@ fn classify(
         kube::Error::Api(status) => other(status.message),
         err => other(err.to_string()),
     }
+}
+
+/// Whether a dry-run result is of an object that exists: a dry-run create stores nothing, so it
+/// comes back without a `resourceVersion`.
+fn exists(dry_run: &Value) -> bool {
+    dry_run["metadata"]["resourceVersion"].as_str().is_some_and(|rv| !rv.is_empty())
 }
 
 fn to_value(object: &DynamicObject) -> Value {

@@ -18,7 +18,9 @@
 //! | [`inventory`] | `status.managedKinds` before and after a sync, and the identity a sync acts as |
 //! | [`field_manager`] | an Application's server-side apply field manager |
 //! | [`repository`] | a Repository reconcile's status, Events and writes |
+//! | [`application`] | an Application sync: its Revision, status, Events and step |
 
+pub mod application;
 pub mod conditions;
 pub mod credentials;
 pub mod desired;
