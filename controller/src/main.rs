@@ -3,13 +3,18 @@
 //! This binary wires things together and keeps no decisions of its own: those live in
 //! `kuvryn-sync-core`. It serves `/healthz`, `/readyz` (ready once every Kuvryn Sync CRD is
 //! served) and `/metrics`, takes the leader Lease, and while it leads runs the reconcilers: so
-//! far the Repository reconciler (`repository`); the others register here as they arrive.
+//! far the Repository reconciler (`repository`) and the Application reconciler (`application`,
+//! with the shared per-kind `watches`); the others register here as they arrive.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod application;
+mod fault;
 mod repository;
+mod source;
+mod watches;
 
 use std::sync::Arc;
 
@@ -18,6 +23,8 @@ use clap::Parser;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube_lease_manager::LeaseManagerBuilder;
 use kuvryn_sync_api::{CONTROLLER_NAME, crds};
+use kuvryn_sync_apply::clients::ImpersonatedClients;
+use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_runtime::logging::{self, LogFormat};
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
 use kuvryn_sync_runtime::ops::{self, Readiness};
@@ -57,6 +64,25 @@ struct Args {
     /// Repositories reconciled (resolved, fetched, discovered) at once.
     #[arg(long, default_value_t = 8, value_name = "N")]
     repository_concurrency: u16,
+    /// Applications reconciled (rendered, planned, applied) at once.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    application_concurrency: u16,
+    /// How often an Application is planned again without a trigger, to notice drift a watch
+    /// missed (kinds the controller may not watch).
+    #[arg(long, default_value = "5m", value_parser = flags::duration, value_name = "DURATION")]
+    application_resync_interval: Duration,
+    /// How long a CustomResourceDefinition an Application applies may take to be Established.
+    #[arg(long, default_value = "60s", value_parser = flags::duration, value_name = "DURATION")]
+    crd_establish_timeout: Duration,
+    /// Impersonating clients kept, one per service account (least recently used evicted).
+    ///
+    /// There is no client-side QPS or burst limit (client-go's default of 5/10 is what slows
+    /// Argo CD at scale): requests in flight are bounded instead, by --application-concurrency
+    /// times the apply engine's per-Application concurrency (8), and the API server's priority
+    /// and fairness does the rest.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    impersonation_cache_size: usize,
+
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -84,14 +110,19 @@ async fn main() -> anyhow::Result<()> {
         ops_stop.clone().cancelled_owned(),
     ));
 
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
         .context("cannot build a Kubernetes client from the in-cluster config or KUBECONFIG")?;
-    let cache = GitCache::new(args.cache_dir.join("git"), args.git_cache_max_bytes)
-        .with_context(|| format!("cannot use the Git cache under {}", args.cache_dir.display()))?;
+    let client = kube::Client::try_from(config.clone())
+        .context("cannot build a Kubernetes client from the in-cluster config or KUBECONFIG")?;
+    let cache = Arc::new(
+        GitCache::new(args.cache_dir.join("git"), args.git_cache_max_bytes).with_context(|| {
+            format!("cannot use the Git cache under {}", args.cache_dir.display())
+        })?,
+    );
     let repositories = Arc::new(repository::RepositoryContext {
         client: client.clone(),
-        cache: Arc::new(cache),
+        cache: Arc::clone(&cache),
         reporter: events::controller_reporter(),
         default_poll_interval: args.default_poll_interval,
         git_timeout: args.git_timeout,
@@ -123,12 +154,34 @@ async fn main() -> anyhow::Result<()> {
         let controllers_stop = tokio_util::sync::CancellationToken::new();
         let repository_controller =
             tokio::spawn(repository::run(repositories, controllers_stop.clone().cancelled_owned()));
+        let (watches, triggers) =
+            watches::ManagedWatches::new(client.clone(), controllers_stop.clone());
+        let applications = Arc::new(application::ApplicationContext {
+            client: client.clone(),
+            clients: ImpersonatedClients::new(config.clone(), args.impersonation_cache_size),
+            kinds: Kinds::default(),
+            cache: Arc::clone(&cache),
+            reporter: events::controller_reporter(),
+            default_service_account: args.default_service_account.clone(),
+            git_timeout: args.git_timeout,
+            concurrency: args.application_concurrency.max(1),
+            resync: args.application_resync_interval,
+            crd_timeout: args.crd_establish_timeout,
+            watches: Arc::new(watches),
+            fault: fault::FaultPoint::from_env(),
+        });
+        let application_controller = tokio::spawn(application::run(
+            applications,
+            triggers,
+            controllers_stop.clone().cancelled_owned(),
+        ));
         tokio::select! {
             () = &mut stop => {},
             _ = leader.wait_for(|is_leader| !*is_leader) => lost_leadership = true,
         }
         controllers_stop.cancel();
         repository_controller.await.context("repository controller task")?;
+        application_controller.await.context("application controller task")?;
     }
     ops_stop.cancel();
     // Closing the channel ends the lease task; release the Lease so a standby takes over at once.

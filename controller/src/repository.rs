@@ -1,7 +1,7 @@
 //! The Repository reconciler, a fixed list of steps:
 //!
-//! 1. [`check_spec`]: `spec.git` is set and its URL passes the URL rules;
-//! 2. [`read_credentials`]: the labelled Secret, parsed into Git credentials;
+//! 1. `spec.git` is set and its URL passes the URL rules ([`source::fetch_request`]);
+//! 2. the labelled Secret, parsed into Git credentials (also [`source::fetch_request`]);
 //! 3. [`resolve_revision`]: list the remote's refs, fetching only when the revision moved;
 //! 4. [`read_discovery_inputs`]: the configured `.ksync.yaml` files at that commit and the
 //!    Applications in the namespace;
@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -26,13 +25,13 @@ use kube::runtime::events::Reporter;
 use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{Application, CONTROLLER_NAME, FailureReason, Repository};
-use kuvryn_sync_core::credentials::{self, GitAuth, GitCredentials};
 use kuvryn_sync_core::discovery::{self, ConfigFileRead, DeleteAction};
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_core::repository::{Decision, Observation, decide};
-use kuvryn_sync_core::url::GitUrl;
 use kuvryn_sync_runtime::events;
-use kuvryn_sync_source::git::{FetchRequest, GitCache, GitError, REMOTE_HEAD};
+use kuvryn_sync_source::git::{FetchRequest, GitCache, GitError};
+
+use crate::source;
 use kuvryn_sync_source::tree::read_config_file;
 
 /// What the reconciler needs.
@@ -127,30 +126,14 @@ async fn observe(
     ctx: &RepositoryContext,
     redactor: &mut Redactor,
 ) -> Step<Observation> {
-    let (url, git_url) = match check_spec(repo) {
-        Ok(checked) => checked,
-        Err(failed) => return Ok(Err(failed)),
-    };
-    let mut request = FetchRequest::new(
-        url,
-        repo.spec
-            .git
-            .as_ref()
-            .and_then(|g| g.revision.clone())
-            .unwrap_or_else(|| REMOTE_HEAD.into()),
-    );
-    request.timeout = ctx.git_timeout;
-    if let Some(creds) = match read_credentials(repo, namespace, &git_url, ctx, redactor).await? {
-        Ok(creds) => creds,
-        Err(failed) => return Ok(Err(failed)),
-    } {
-        request.cache_identity = creds.identity.clone();
-        request.ca_certs_pem = match &creds.auth {
-            GitAuth::Basic(basic) => basic.ca_bundle.clone(),
-            GitAuth::Ssh(_) => None,
+    // Steps 1 and 2: the URL checks and the credentials.
+    let request =
+        match source::fetch_request(&ctx.client, repo, namespace, None, ctx.git_timeout, redactor)
+            .await?
+        {
+            Ok(request) => request,
+            Err(problem) => return Ok(Err(failed(problem.reason, problem.message))),
         };
-        request.credentials = Some(creds.auth);
-    }
     let commit = match resolve_revision(&request, ctx).await? {
         Ok(commit) => commit,
         Err(failed) => return Ok(Err(failed)),
@@ -160,42 +143,6 @@ async fn observe(
 
 fn failed(reason: FailureReason, message: impl Into<String>) -> Observation {
     Observation::Failed { reason, message: message.into() }
-}
-
-/// Step 1: the Git URL, as written and parsed.
-fn check_spec(repo: &Repository) -> Result<(String, GitUrl), Observation> {
-    let Some(git) = repo.spec.git.as_ref() else {
-        return Err(failed(FailureReason::ValidationFailure, "spec.git is required for type git"));
-    };
-    match GitUrl::parse(&git.url) {
-        Ok(parsed) => Ok((git.url.clone(), parsed)),
-        Err(err) => Err(failed(FailureReason::ValidationFailure, err.to_string())),
-    }
-}
-
-/// Step 2: the credentials of `spec.git.auth`, if any. Every value of the Secret is added to
-/// `redactor` before anything can echo it, usable or not.
-async fn read_credentials(
-    repo: &Repository,
-    namespace: &str,
-    url: &GitUrl,
-    ctx: &RepositoryContext,
-    redactor: &mut Redactor,
-) -> Step<Option<GitCredentials>> {
-    let Some(auth) = repo.spec.git.as_ref().and_then(|git| git.auth.as_ref()) else {
-        return Ok(Ok(None));
-    };
-    let secret_name = &auth.secret_ref.name;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let Some(secret) = secrets.get_opt(secret_name).await? else {
-        let message =
-            format!("spec.git.auth.secretRef: Secret {namespace}/{secret_name} not found");
-        return Ok(Err(failed(FailureReason::AuthenticationFailure, message)));
-    };
-    redactor.add_secret_data(credentials::secret_values(&secret).values().map(Vec::as_slice));
-    Ok(GitCredentials::from_secret(&secret, url)
-        .map(Some)
-        .map_err(|err| failed(err.reason(), err.to_string())))
 }
 
 /// Step 3: the commit `request` resolves to.

@@ -119,11 +119,41 @@ impl ControllerProcess {
 
     /// Start the controller with `POD_NAME` (its leader-election identity) set to `identity`.
     pub fn start_as(cluster: &TestCluster, identity: &str, extra_args: &[&str]) -> Result<Self> {
+        Self::launch(cluster, identity, extra_args, &[], None)
+    }
+
+    /// Start the controller with extra environment variables, its output (stdout and stderr)
+    /// written to `log` instead of the test's output.
+    pub fn start_logged(
+        cluster: &TestCluster,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<Self> {
+        let identity = format!("kuvryn-sync-controller-test-{}", random_suffix());
+        Self::launch(cluster, &identity, extra_args, env, Some(log))
+    }
+
+    fn launch(
+        cluster: &TestCluster,
+        identity: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> Result<Self> {
         let cache = tempfile::tempdir()?;
+        let (stdout, stderr) = match log {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+                (Stdio::from(file.try_clone()?), Stdio::from(file))
+            }
+            None => (Stdio::inherit(), Stdio::inherit()),
+        };
         let child = Command::new(workspace_binary("kuvryn-sync-controller")?)
             .env("KUBECONFIG", cluster.kubeconfig())
             .env("POD_NAME", identity)
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .envs(env.iter().copied())
             .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(if extra_args.contains(&"--leader-election-namespace") {
                 &[][..]
@@ -134,11 +164,25 @@ impl ControllerProcess {
             .arg(cache.path())
             .args(extra_args)
             .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .context("start kuvryn-sync-controller")?;
         Ok(ControllerProcess { child, _cache: cache })
+    }
+
+    /// Wait (up to `deadline`) for the controller to exit on its own; its exit status.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> Result<std::process::ExitStatus> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if start.elapsed() > deadline {
+                bail!("the controller did not exit within {deadline:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 

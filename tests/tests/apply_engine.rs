@@ -101,8 +101,11 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
 
     // Re-plan with nothing changed: all Unchanged, and planning wrote nothing.
     let version = one.metadata.resource_version.clone();
-    let again =
-        plan(&state.hash, &observe(&engine, "web", &namespace, &state, REVISION).await?, &Default::default());
+    let again = plan(
+        &state.hash,
+        &observe(&engine, "web", &namespace, &state, REVISION).await?,
+        &Default::default(),
+    );
     assert!(
         actions(&again).iter().all(|(_, a, _)| *a == PlanAction::Unchanged),
         "{:?}",
@@ -149,8 +152,11 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
         adopt: true,
         ..Engine { client: &client, kinds: &kinds, field_manager: &manager, adopt: false }
     };
-    let adopted =
-        plan(&state.hash, &observe(&adopter, "web", &namespace, &state, REVISION).await?, &Default::default());
+    let adopted = plan(
+        &state.hash,
+        &observe(&adopter, "web", &namespace, &state, REVISION).await?,
+        &Default::default(),
+    );
     let shared = adopted.changes.iter().find(|c| c.resource.name == "shared").context("shared")?;
     assert_eq!(shared.action, PlanAction::Update);
     assert_eq!(shared.adopted.first().map(|a| a.previous_manager.as_str()), Some("other-team"));

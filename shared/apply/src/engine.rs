@@ -8,14 +8,15 @@
 //! - [`Engine::apply`]: server-side apply of each object in the order given (the caller passes
 //!   `core::order` groups), forcing under adopt, and otherwise only where every conflicting field
 //!   is held by a migrated manager (`core::plan::MIGRATED_MANAGERS`).
-//! - [`Engine::delete`]: pruning.
+//! - [`Engine::delete`] prunes.
 //!
 //! A 403 anywhere is [`EngineError::Forbidden`], naming the verb and the resource, except on the
 //! inventory's lists, where it marks the kind unlisted.
 
 use std::collections::BTreeMap;
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kuvryn_sync_api::{FailureReason, ManagedKind, keys};
 use kuvryn_sync_core::desired::{DesiredObject, GroupKind, ObjectKey, Scope, group_of};
@@ -132,17 +133,19 @@ impl Engine<'_> {
     /// `resourceVersion` (nothing was stored), so an object missing from `live` is `Absent`
     /// unless the dry run says it exists — one made by hand or by another tool — and only then
     /// is it read.
-    pub async fn observe(
-        &self,
-        objects: &[DesiredObject],
-        revision: &str,
-        live: &BTreeMap<ObjectKey, Value>,
-    ) -> Result<Vec<Observation>, EngineError> {
+    pub fn observe<'a>(
+        &'a self,
+        objects: &'a [DesiredObject],
+        revision: &'a str,
+        live: &'a BTreeMap<ObjectKey, Value>,
+    ) -> BoxFuture<'a, Result<Vec<Observation>, EngineError>> {
+        // Boxed, so the stream's closures do not leak into callers' futures, where the compiler
+        // cannot prove them `Send` for every lifetime (a controller's reconcile must be).
         stream::iter(objects)
-            .map(|object| self.observe_one(object, revision, live.get(&object.key)))
+            .map(move |object| self.observe_one(object, revision, live.get(&object.key)))
             .buffered(CONCURRENCY)
             .try_collect()
-            .await
+            .boxed()
     }
 
     async fn observe_one(
@@ -151,7 +154,13 @@ impl Engine<'_> {
         revision: &str,
         listed: Option<&Value>,
     ) -> Result<Observation, EngineError> {
-        let body = object.for_revision(revision);
+        // An object the Application applied before is compared under the Revision that applied
+        // it: a new Revision alone is no change, and objects nothing else changed in are left
+        // alone (their annotation keeps naming the Revision that last applied them).
+        let applied_by = listed
+            .and_then(|live| live["metadata"]["annotations"][keys::REVISION].as_str())
+            .unwrap_or(revision);
+        let body = object.for_revision(applied_by);
         let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
         let api = self.api_for(&object.key, &api_version).await?;
         let found = match self.dry_run(&api, object, &body).await? {
@@ -215,19 +224,23 @@ impl Engine<'_> {
     /// Server-side apply `objects` for Revision `revision`, in the order given: consecutive
     /// objects of one kind go up to [`CONCURRENCY`] at once, kinds one after the other (a CRD
     /// before its custom resources, a Namespace before what lives in it).
-    pub async fn apply(
-        &self,
-        objects: &[&DesiredObject],
-        revision: &str,
-    ) -> Result<(), EngineError> {
-        for batch in objects.chunk_by(|a, b| a.key.group_kind == b.key.group_kind) {
-            stream::iter(batch)
-                .map(|object| self.apply_one(object, revision))
-                .buffer_unordered(CONCURRENCY)
-                .try_collect::<Vec<()>>()
-                .await?;
+    pub fn apply<'a>(
+        &'a self,
+        objects: &'a [&'a DesiredObject],
+        revision: &'a str,
+    ) -> BoxFuture<'a, Result<(), EngineError>> {
+        async move {
+            for batch in objects.chunk_by(|a, b| a.key.group_kind == b.key.group_kind) {
+                let applies: Vec<_> =
+                    batch.iter().map(|object| self.apply_one(object, revision)).collect();
+                stream::iter(applies)
+                    .buffer_unordered(CONCURRENCY)
+                    .try_collect::<Vec<()>>()
+                    .await?;
+            }
+            Ok(())
         }
-        Ok(())
+        .boxed()
     }
 
     async fn apply_one(&self, object: &DesiredObject, revision: &str) -> Result<(), EngineError> {

@@ -37,7 +37,7 @@ use kuvryn_sync_api::{
 };
 
 use crate::conditions::{self, NewCondition, Status};
-use crate::desired::{DesiredState, GroupKind, ObjectKey};
+use crate::desired::{DesiredState, GroupKind, ObjectKey, group_of};
 use crate::inventory;
 use crate::plan::Plan;
 use crate::prune::{ManagedObject, PrunePlan};
@@ -153,7 +153,7 @@ pub fn decide(
     let current = app.status.clone().unwrap_or_default();
     let mut status = current.clone();
     status.observed_generation = app.metadata.generation;
-    match observation {
+    let mut decision = match observation {
         Observation::Failed { reason, message, service_account, commit } => {
             if let Some(sa) = service_account {
                 status.service_account_name = Some(sa.clone());
@@ -169,7 +169,14 @@ pub fn decide(
         Observation::Planned(planned) => {
             decide_planned(app, current, status, planned, redactor, now)
         }
-    }
+    };
+    decision.events = bounded(redactor, decision.events);
+    decision
+}
+
+/// Every Event message redacted and truncated.
+fn bounded(redactor: &Redactor, events: Vec<(EventReason, String)>) -> Vec<(EventReason, String)> {
+    events.into_iter().map(|(reason, message)| (reason, clean(redactor, &message))).collect()
 }
 
 fn decide_planned(
@@ -224,6 +231,7 @@ fn decide_planned(
         let message = clean(redactor, &conflict_message(planned));
         let resource = planned.plan.conflicts.first().map(|(key, _)| key.clone());
         let revision_status = revision.status.get_or_insert_with(Default::default);
+        revision_status.attempts += 1;
         fail_revision(
             revision_status,
             FailureReason::ConflictFailure,
@@ -322,23 +330,25 @@ pub fn settle(
             events.extend(fail_ready(&mut status, app, *reason, &message, now));
         }
     }
-    Settled { revision, status, events }
+    Settled { revision, status, events: bounded(redactor, events) }
 }
 
-/// Whether a failed Revision gets another attempt: the spec changed since it failed, or its
-/// failure is retryable and attempts are left.
+/// Whether a failed Revision gets another attempt: its failure is retryable and attempts are
+/// left, or the Application changed since it failed — Ready no longer reports that failure for
+/// the current generation (a later failure before the plan, such as a brief source outage, says
+/// nothing about the Revision, so it does not block a retry).
 fn may_retry(app: &Application, revision: Option<&Revision>) -> bool {
-    let ready_generation = app
-        .status
-        .as_ref()
-        .and_then(|s| conditions::get(&s.conditions, ConditionType::Ready))
-        .and_then(|c| c.observed_generation);
-    if ready_generation != app.metadata.generation {
+    let Some(status) = revision.and_then(|r| r.status.as_ref()) else { return true };
+    let Some(failure) = status.failure.as_ref() else { return true };
+    if failure.retryable && status.attempts < app.spec.strategy.failure_policy.max_attempts {
         return true;
     }
-    let Some(status) = revision.and_then(|r| r.status.as_ref()) else { return true };
-    let retryable = status.failure.as_ref().is_some_and(|f| f.retryable);
-    retryable && status.attempts < app.spec.strategy.failure_policy.max_attempts
+    let ready =
+        app.status.as_ref().and_then(|s| conditions::get(&s.conditions, ConditionType::Ready));
+    let reports_this_failure = ready.is_some_and(|c| {
+        c.observed_generation == app.metadata.generation && c.reason == failure.reason.as_str()
+    });
+    !reports_this_failure
 }
 
 /// The Revision of `planned`: the existing one, or a new one owned by `app`.
@@ -390,7 +400,8 @@ fn resource_ref(key: &ObjectKey, plan: &Plan) -> ResourceRef {
         .changes
         .iter()
         .find(|c| {
-            c.resource.kind == key.group_kind.kind
+            group_of(&c.resource.api_version) == key.group_kind.group
+                && c.resource.kind == key.group_kind.kind
                 && c.resource.name == key.name
                 && c.resource.namespace == key.namespace.clone().unwrap_or_default()
         })
@@ -412,6 +423,8 @@ fn fail_ready(
     message: &str,
     now: &Time,
 ) -> Vec<(EventReason, String)> {
+    // Health was not observed: nothing to explain.
+    status.diagnosis.clear();
     let changed = conditions::set(
         &mut status.conditions,
         NewCondition {

@@ -65,6 +65,15 @@ impl BareRepo {
         self.head()
     }
 
+    /// Delete `paths` from the work tree, commit and push; returns the new commit id.
+    pub fn remove(&self, paths: &[&str], message: &str) -> Result<String> {
+        for path in paths {
+            let file = self.work.join(path);
+            std::fs::remove_file(&file).with_context(|| format!("removing {}", file.display()))?;
+        }
+        self.commit(&[], message)
+    }
+
     /// Add a symlink and commit it; returns the commit id.
     pub fn commit_symlink(&self, link: &str, target: &str, message: &str) -> Result<String> {
         std::os::unix::fs::symlink(target, self.work.join(link))?;

@@ -1,0 +1,703 @@
+//! The Application reconciler (automatic sync of a `type: yaml` path; the full rollout lifecycle
+//! with health, hooks between waves and approvals arrives with the rollout issue). A fixed list
+//! of steps:
+//!
+//! 1. [`resolve_identity`]: the service account to act as (`spec.serviceAccountName`, else
+//!    `--default-service-account`), which must exist;
+//! 2. [`read_source`]: the Repository's request and credentials, the commit (the Repository's
+//!    observed revision when the Application follows its revision, else resolved here), and the
+//!    read-only tree of that commit;
+//! 3. [`render_and_validate`]: the YAML files, normalised and validated, scopes from discovery
+//!    as the service account;
+//! 4. [`plan_desired_state`]: the inventory (one labelled list per kind, as the service account),
+//!    a server-side dry run per object, prune selection, the plan, the existing Revision;
+//! 5. [`decide`](kuvryn_sync_core::application::decide): pure, from the observation to the
+//!    writes and the step;
+//! 6. [`write`]: the one place that writes — the Revision, the Application status (carrying the
+//!    inventory before anything is applied), the Events; then, for a sync, [`sync`] applies and
+//!    prunes and [`settle`](kuvryn_sync_core::application::settle) decides the final statuses,
+//!    written the same way.
+//!
+//! Steps 1–4 return `Err(Observation::Failed)` to end observation early with a failure reason;
+//! API-server trouble with the controller's own reads and writes is a [`ReconcileError`] and
+//! retries with backoff.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::Reporter;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
+use kube::{Resource, ResourceExt};
+use kuvryn_sync_api::{
+    Application, ApplicationStatus, CONTROLLER_NAME, FailureReason, PlanAction, RenderType,
+    Repository, Revision, RevisionStatus,
+};
+use kuvryn_sync_apply::clients::ImpersonatedClients;
+use kuvryn_sync_apply::engine::{Engine, EngineError};
+use kuvryn_sync_apply::kinds::Kinds;
+use kuvryn_sync_core::application::{
+    Decision, Observation, Planned, Step, SyncOutcome, decide, learn_secret_values, revision_name,
+    settle,
+};
+use kuvryn_sync_core::desired::{
+    DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
+};
+use kuvryn_sync_core::order::apply_groups;
+use kuvryn_sync_core::plan::{Plan, plan};
+use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
+use kuvryn_sync_core::redact::Redactor;
+use kuvryn_sync_core::{field_manager, inventory};
+use kuvryn_sync_render::yaml::{self, Limits};
+use kuvryn_sync_runtime::events;
+use kuvryn_sync_source::git::{CheckedOutTree, GitCache};
+
+use crate::fault::FaultPoint;
+use crate::source;
+use crate::watches::ManagedWatches;
+
+/// What the reconciler needs.
+pub struct ApplicationContext {
+    /// The controller's own client: Applications, Revisions, Repositories, service accounts.
+    pub client: kube::Client,
+    /// Clients acting as Applications' service accounts: everything done to managed objects.
+    pub clients: ImpersonatedClients,
+    pub kinds: Kinds,
+    pub cache: Arc<GitCache>,
+    pub reporter: Reporter,
+    /// `--default-service-account`.
+    pub default_service_account: Option<String>,
+    pub git_timeout: Duration,
+    /// Applications reconciled at once.
+    pub concurrency: u16,
+    /// How often an Application is planned again without a trigger (drift, lost events).
+    pub resync: Duration,
+    /// How long a CustomResourceDefinition may take to become Established.
+    pub crd_timeout: Duration,
+    pub watches: Arc<ManagedWatches>,
+    /// A test-only point where the process dies (`KSYNC_TEST_FAULT_POINT`).
+    pub fault: Option<FaultPoint>,
+}
+
+/// Errors that make the reconcile retry with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("the Application has no namespace")]
+    NoNamespace,
+    #[error("background task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// The result of an observation step: its value, or the failure that ends observation.
+type StepResult<T> = Result<Result<T, Observation>, ReconcileError>;
+
+/// Run the Application controller until `shutdown` resolves. Triggers: spec and annotation
+/// changes, a Repository's new commit, and changes of managed objects seen by the shared
+/// per-kind watches.
+pub async fn run(
+    ctx: Arc<ApplicationContext>,
+    triggers: tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<Application> = Api::all(ctx.client.clone());
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation.combine(predicates::annotations),
+            Default::default(),
+        );
+    let repositories = watcher(Api::<Repository>::all(ctx.client.clone()), Default::default())
+        .default_backoff()
+        .applied_objects()
+        .predicate_filter(observed_revision, Default::default());
+    let store = reader.clone();
+    let controller = Controller::for_stream(stream, reader)
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(ctx.concurrency)
+                .debounce(Duration::from_millis(500)),
+        )
+        .watches_stream(repositories, move |repo: Repository| following(&store.state(), &repo))
+        .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
+            triggers.recv().await.map(|request| (request, triggers))
+        }));
+    controller
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::warn!(%err, "application reconcile failed");
+            }
+        })
+        .await;
+}
+
+/// Reconcile a Repository's Applications when its observed commit moves (not on every poll).
+fn observed_revision(repo: &Repository) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    repo.status.as_ref().and_then(|s| s.observed_revision.as_ref()).hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// The Applications whose source is `repo`.
+fn following(applications: &[Arc<Application>], repo: &Repository) -> Vec<ObjectRef<Application>> {
+    applications
+        .iter()
+        .filter(|app| {
+            app.namespace() == repo.namespace()
+                && app.spec.source.repository_ref.name == repo.name_any()
+        })
+        .map(|app| ObjectRef::from_obj(app.as_ref()))
+        .collect()
+}
+
+fn error_policy(
+    _app: Arc<Application>,
+    err: &ReconcileError,
+    _ctx: Arc<ApplicationContext>,
+) -> Action {
+    tracing::warn!(%err, "application reconcile will be retried");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(
+    app: Arc<Application>,
+    ctx: Arc<ApplicationContext>,
+) -> Result<Action, ReconcileError> {
+    let namespace = app.namespace().ok_or(ReconcileError::NoNamespace)?;
+    if app.metadata.deletion_timestamp.is_some() {
+        // Deletion (finalizer, deletionPolicy) belongs to the rollout lifecycle.
+        return Ok(Action::await_change());
+    }
+    if app.spec.suspend {
+        write_suspended(&app, &namespace, &ctx).await?;
+        return Ok(Action::requeue(ctx.resync));
+    }
+    let mut redactor = Redactor::new();
+    let observation = match observe(&app, &namespace, &ctx, &mut redactor).await? {
+        Ok(observation) | Err(observation) => observation,
+    };
+    let decision = decide(&app, &observation, &redactor, &now());
+    let previous = match &observation {
+        Observation::Planned(planned) => planned.revision.as_ref(),
+        Observation::Failed { .. } => None,
+    };
+    write(&app, &namespace, &decision, previous, &redactor, &ctx).await?;
+    if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
+        let outcome = sync(&app, &namespace, &decision, planned, &ctx).await;
+        if let Some(fault) = &ctx.fault {
+            fault.reached(crate::fault::AFTER_APPLY);
+        }
+        let settled = settle(&app, &decision, planned, &outcome, &redactor, &now());
+        let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
+        write_revision_status(&namespace, &revision, &settled.revision, None, &ctx).await?;
+        write_status(&app, &namespace, &settled.status, &ctx).await?;
+        publish(&app, &settled.events, &redactor, &ctx).await;
+        if let SyncOutcome::Failed { reason, message, .. } = &outcome {
+            tracing::info!(application = %app.name_any(), %namespace, reason = reason.as_str(),
+                message = %redactor.redact(message), "sync failed");
+        } else {
+            tracing::info!(application = %app.name_any(), %namespace, %revision, "synced");
+        }
+    }
+    let kinds = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
+    ctx.watches.ensure(&kinds);
+    if let Some(status) = &decision.status {
+        ctx.watches.ensure(&status.managed_kinds);
+    }
+    Ok(Action::requeue(ctx.resync))
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn failed(
+    reason: FailureReason,
+    message: impl Into<String>,
+    service_account: Option<&str>,
+    commit: Option<&str>,
+) -> Observation {
+    Observation::Failed {
+        reason,
+        message: message.into(),
+        service_account: service_account.map(str::to_owned),
+        commit: commit.map(str::to_owned),
+    }
+}
+
+/// Steps 1–4.
+async fn observe(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+    redactor: &mut Redactor,
+) -> StepResult<Observation> {
+    let service_account = match resolve_identity(app, namespace, ctx).await? {
+        Ok(name) => name,
+        Err(failed) => return Ok(Err(failed)),
+    };
+    let sa = Some(service_account.as_str());
+    let client = match ctx.clients.for_service_account(namespace, &service_account) {
+        Ok(client) => client,
+        Err(err) => {
+            return Ok(Err(failed(
+                FailureReason::ServiceAccountFailure,
+                err.to_string(),
+                sa,
+                None,
+            )));
+        }
+    };
+    let (commit, tree) = match read_source(app, namespace, ctx, redactor).await? {
+        Ok(found) => found,
+        Err((reason, message)) => return Ok(Err(failed(reason, message, sa, None))),
+    };
+    let at = Some(commit.as_str());
+    let desired = match render_and_validate(app, namespace, &client, &tree, ctx).await? {
+        Ok(desired) => desired,
+        Err((reason, message)) => return Ok(Err(failed(reason, message, sa, at))),
+    };
+    learn_secret_values(redactor, &desired);
+    let manager = field_manager::for_application(namespace, &app.name_any());
+    let engine = engine_for(app, &client, &manager, ctx);
+    match plan_desired_state(app, namespace, &engine, &commit, &desired, ctx).await? {
+        Ok((plan, prune, unlisted, revision)) => Ok(Ok(Observation::Planned(Box::new(Planned {
+            service_account,
+            commit,
+            desired,
+            plan,
+            prune,
+            unlisted,
+            revision,
+        })))),
+        Err(err) => Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
+    }
+}
+
+/// The engine acting for `app` as `client`, under `manager`
+/// ([`field_manager::for_application`]).
+fn engine_for<'a>(
+    app: &Application,
+    client: &'a kube::Client,
+    manager: &'a str,
+    ctx: &'a ApplicationContext,
+) -> Engine<'a> {
+    Engine {
+        client,
+        kinds: &ctx.kinds,
+        field_manager: manager,
+        adopt: app.spec.sync.conflict_policy == kuvryn_sync_api::ConflictPolicy::Adopt,
+    }
+}
+
+/// Step 1: `spec.serviceAccountName`, else the controller's default, which must exist.
+async fn resolve_identity(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+) -> StepResult<String> {
+    let Some(name) = inventory::service_account(
+        app.spec.service_account_name.as_deref(),
+        ctx.default_service_account.as_deref(),
+    ) else {
+        return Ok(Err(failed(
+            FailureReason::ServiceAccountRequired,
+            "no service account to act as: set spec.serviceAccountName, or start the controller \
+             with --default-service-account",
+            None,
+            None,
+        )));
+    };
+    let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
+    match accounts.get_opt(name).await? {
+        Some(_) => Ok(Ok(name.to_owned())),
+        None => Ok(Err(failed(
+            FailureReason::ServiceAccountFailure,
+            format!(
+                "service account {namespace}/{name} does not exist; create it, or name another \
+                 in spec.serviceAccountName"
+            ),
+            Some(name),
+            None,
+        ))),
+    }
+}
+
+/// Step 2: the commit to deploy and its tree.
+async fn read_source(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+    redactor: &mut Redactor,
+) -> Result<Result<(String, CheckedOutTree), (FailureReason, String)>, ReconcileError> {
+    let repo_name = &app.spec.source.repository_ref.name;
+    let repositories: Api<Repository> = Api::namespaced(ctx.client.clone(), namespace);
+    let Some(repo) = repositories.get_opt(repo_name).await? else {
+        return Ok(Err((
+            FailureReason::SourceFailure,
+            format!("spec.source.repositoryRef: Repository {namespace}/{repo_name} not found"),
+        )));
+    };
+    let wanted = app.spec.source.revision.as_deref();
+    let request = match source::fetch_request(
+        &ctx.client,
+        &repo,
+        namespace,
+        wanted,
+        ctx.git_timeout,
+        redactor,
+    )
+    .await?
+    {
+        Ok(request) => request,
+        Err(problem) => return Ok(Err((problem.reason, problem.message))),
+    };
+    let follows_repository =
+        wanted.is_none() || wanted == repo.spec.git.as_ref().and_then(|g| g.revision.as_deref());
+    let observed = repo.status.as_ref().and_then(|s| s.observed_revision.clone());
+    let cache = Arc::clone(&ctx.cache);
+    let found = tokio::task::spawn_blocking(move || {
+        let commit = match observed.filter(|_| follows_repository) {
+            Some(commit) => commit,
+            None => cache.resolve(&request)?.commit,
+        };
+        let tree = cache.tree(&request, &commit)?;
+        Ok::<_, kuvryn_sync_source::git::GitError>((commit, tree))
+    })
+    .await?;
+    Ok(found.map_err(|err| (err.reason(), err.to_string())))
+}
+
+/// Step 3: render `spec.source.path` and normalise it for the destination.
+async fn render_and_validate(
+    app: &Application,
+    namespace: &str,
+    client: &kube::Client,
+    tree: &CheckedOutTree,
+    ctx: &ApplicationContext,
+) -> Result<Result<DesiredState, (FailureReason, String)>, ReconcileError> {
+    let render_type = app.spec.source.render.render_type;
+    if render_type != RenderType::Yaml {
+        return Ok(Err((
+            FailureReason::RenderFailure,
+            format!(
+                "spec.source.render.type {render_type:?} is not supported by this controller \
+                 yet; use yaml"
+            ),
+        )));
+    }
+    let root = tree.path().to_path_buf();
+    let path = app.spec.source.path.clone();
+    let rendered =
+        tokio::task::spawn_blocking(move || yaml::render(&root, &path, Limits::default())).await?;
+    let rendered = match rendered {
+        Ok(rendered) => rendered,
+        Err(err) => return Ok(Err((err.reason(), err.to_string()))),
+    };
+    let objects: Vec<serde_json::Value> = rendered.iter().map(|r| r.object.clone()).collect();
+    let scopes = match ctx.kinds.scopes(client, &objects).await {
+        Ok(scopes) => scopes,
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            return Ok(Err((
+                FailureReason::Forbidden,
+                format!(
+                    "forbidden: the service account may not read API discovery: {}",
+                    status.message
+                ),
+            )));
+        }
+        Err(err) => {
+            return Ok(Err((FailureReason::PlanFailure, format!("discovery failed: {err}"))));
+        }
+    };
+    let application = app.name_any();
+    let target = Target {
+        application: &application,
+        application_namespace: namespace,
+        destination_namespace: &app.spec.destination.namespace,
+    };
+    Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)
+        .map_err(|refusal| (FailureReason::ValidationFailure, refusal.to_string())))
+}
+
+type PlanParts = (Plan, PrunePlan, Vec<GroupKind>, Option<Revision>);
+
+/// Step 4: live state, dry runs, prune selection, the plan, and the existing Revision.
+async fn plan_desired_state(
+    app: &Application,
+    namespace: &str,
+    engine: &Engine<'_>,
+    commit: &str,
+    desired: &DesiredState,
+    ctx: &ApplicationContext,
+) -> Result<Result<PlanParts, EngineError>, ReconcileError> {
+    let recorded: Vec<_> = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
+    let mut kinds: BTreeSet<_> = recorded.iter().cloned().collect();
+    kinds.extend(desired.objects.iter().map(inventory::managed_kind));
+    let kinds: Vec<_> = kinds.into_iter().collect();
+    let name = app.name_any();
+    let found =
+        match engine.inventory(namespace, &name, &app.spec.destination.namespace, &kinds).await {
+            Ok(found) => found,
+            Err(err) => return Ok(Err(err)),
+        };
+    let revision = revision_name(&name, commit, &desired.hash);
+    let observations = match engine.observe(&desired.objects, &revision, &found.live()).await {
+        Ok(observations) => observations,
+        Err(err) => return Ok(Err(err)),
+    };
+    let unlisted: BTreeSet<GroupKind> = found.unlisted.iter().cloned().collect();
+    let prune = if app.spec.sync.prune {
+        let wanted: BTreeSet<ObjectKey> = desired.objects.iter().map(|o| o.key.clone()).collect();
+        let managed_kinds: BTreeSet<GroupKind> = recorded
+            .iter()
+            .map(|k| GroupKind::new(group_of(&k.api_version), &k.kind))
+            .filter(|k| !unlisted.contains(k))
+            .collect();
+        plan_prune(&wanted, &managed_kinds, &found.managed())
+    } else {
+        PrunePlan::default()
+    };
+    let plan = plan(&desired.hash, &observations, &prune);
+    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    let existing = revisions.get_opt(&revision).await?;
+    Ok(Ok((plan, prune, unlisted.into_iter().collect(), existing)))
+}
+
+/// The sync step: apply what the plan creates or updates, group by group (CRDs Established
+/// before the custom resources they define), then prune. Returns how it went.
+async fn sync(
+    app: &Application,
+    namespace: &str,
+    decision: &Decision,
+    planned: &Planned,
+    ctx: &ApplicationContext,
+) -> SyncOutcome {
+    let Step::Sync { prune } = &decision.step else {
+        return SyncOutcome::Done { live_kinds: Vec::new() };
+    };
+    let client = match ctx.clients.for_service_account(namespace, &planned.service_account) {
+        Ok(client) => client,
+        Err(err) => {
+            return SyncOutcome::Failed {
+                reason: FailureReason::ServiceAccountFailure,
+                message: err.to_string(),
+                resource: None,
+            };
+        }
+    };
+    let manager = field_manager::for_application(namespace, &app.name_any());
+    let engine = engine_for(app, &client, &manager, ctx);
+    let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
+    let changed = changed_keys(&planned.plan);
+    for group in apply_groups(&planned.desired.objects) {
+        let objects: Vec<&DesiredObject> = planned
+            .desired
+            .objects
+            .iter()
+            .filter(|o| group.objects.contains(&o.key) && changed.contains(&o.key))
+            .collect();
+        let (crds, rest): (Vec<&DesiredObject>, Vec<&DesiredObject>) =
+            objects.into_iter().partition(|o| is_crd(&o.key.group_kind));
+        for batch in [crds, rest] {
+            if batch.is_empty() {
+                continue;
+            }
+            if let Err(err) = engine.apply(&batch, &revision).await {
+                return engine_failure(err);
+            }
+            if batch.iter().any(|o| is_crd(&o.key.group_kind)) {
+                if let Err(message) = wait_established(&client, &batch, ctx.crd_timeout).await {
+                    return SyncOutcome::Failed {
+                        reason: FailureReason::ApplyFailure,
+                        message,
+                        resource: None,
+                    };
+                }
+                ctx.kinds.forget();
+            }
+        }
+    }
+    if let Err(err) = engine.delete(prune).await {
+        return engine_failure(err);
+    }
+    let mut live_kinds: BTreeSet<GroupKind> =
+        planned.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
+    live_kinds.extend(planned.prune.keep.iter().map(|(o, _)| o.key.group_kind.clone()));
+    live_kinds.extend(planned.unlisted.iter().cloned());
+    SyncOutcome::Done { live_kinds: live_kinds.into_iter().collect() }
+}
+
+fn engine_failure(err: EngineError) -> SyncOutcome {
+    let resource = match &err {
+        EngineError::Apply { key, .. }
+        | EngineError::Prune { key, .. }
+        | EngineError::Plan { key, .. }
+        | EngineError::NotServed { key } => Some(key.clone()),
+        _ => None,
+    };
+    SyncOutcome::Failed { reason: err.reason(), message: err.to_string(), resource }
+}
+
+/// The objects the plan creates or updates.
+fn changed_keys(plan: &Plan) -> BTreeSet<ObjectKey> {
+    plan.changes
+        .iter()
+        .filter(|c| matches!(c.action, PlanAction::Create | PlanAction::Update))
+        .map(|c| ObjectKey {
+            group_kind: GroupKind::new(group_of(&c.resource.api_version), &c.resource.kind),
+            namespace: (!c.resource.namespace.is_empty()).then(|| c.resource.namespace.clone()),
+            name: c.resource.name.clone(),
+        })
+        .collect()
+}
+
+fn is_crd(group_kind: &GroupKind) -> bool {
+    *group_kind == GroupKind::new("apiextensions.k8s.io", "CustomResourceDefinition")
+}
+
+/// Wait until every CRD among `objects` is Established, polling with a deadline.
+async fn wait_established(
+    client: &kube::Client,
+    objects: &[&DesiredObject],
+    timeout: Duration,
+) -> Result<(), String> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = tokio::time::Instant::now() + timeout;
+    for object in objects.iter().filter(|o| is_crd(&o.key.group_kind)) {
+        loop {
+            let established =
+                api.get_opt(&object.key.name).await.ok().flatten().is_some_and(|crd| {
+                    crd.status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+            if established {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "CustomResourceDefinition {} did not become Established within {timeout:?}",
+                    object.key.name
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+/// Step 6, the one place that writes: the Revision (spec by server-side apply, then its
+/// status), the Application status, then the Events.
+async fn write(
+    app: &Application,
+    namespace: &str,
+    decision: &Decision,
+    previous: Option<&Revision>,
+    redactor: &Redactor,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    if let Some(revision) = &decision.revision {
+        let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+        let name = revision.name_any();
+        // Only the fields the controller owns: a Revision read back carries server fields.
+        let mut body = Revision::new(&name, revision.spec.clone());
+        body.metadata.labels = revision.metadata.labels.clone();
+        body.metadata.owner_references = revision.metadata.owner_references.clone();
+        let apply = PatchParams::apply(CONTROLLER_NAME).force();
+        revisions.patch(&name, &apply, &Patch::Apply(&body)).await?;
+        if let Some(status) = &revision.status {
+            let before = previous.and_then(|r| r.status.as_ref());
+            write_revision_status(namespace, &name, status, before, ctx).await?;
+        }
+    }
+    if let Some(status) = &decision.status {
+        write_status(app, namespace, status, ctx).await?;
+    }
+    publish(app, &decision.events, redactor, ctx).await;
+    Ok(())
+}
+
+/// Server-side apply of a Revision's status. A failure the new status no longer has is first
+/// removed with an explicit null: dropping a struct's fields from an apply need not drop the
+/// struct, and a `failure` left without its required fields would be refused.
+async fn write_revision_status(
+    namespace: &str,
+    name: &str,
+    status: &RevisionStatus,
+    before: Option<&RevisionStatus>,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    if status.failure.is_none() && before.is_some_and(|b| b.failure.is_some()) {
+        let clear = serde_json::json!({"status": {"failure": null}});
+        revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(&clear)).await?;
+    }
+    let body = serde_json::json!({
+        "apiVersion": Revision::api_version(&()),
+        "kind": Revision::kind(&()),
+        "metadata": {"name": name},
+        "status": status,
+    });
+    let apply = PatchParams::apply(CONTROLLER_NAME).force();
+    revisions.patch_status(name, &apply, &Patch::Apply(&body)).await?;
+    Ok(())
+}
+
+async fn write_status(
+    app: &Application,
+    namespace: &str,
+    status: &ApplicationStatus,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let applications: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
+    let body = serde_json::json!({
+        "apiVersion": Application::api_version(&()),
+        "kind": Application::kind(&()),
+        "metadata": {"name": app.name_any()},
+        "status": status,
+    });
+    let apply = PatchParams::apply(CONTROLLER_NAME).force();
+    applications.patch_status(&app.name_any(), &apply, &Patch::Apply(&body)).await?;
+    Ok(())
+}
+
+/// While suspended, status is frozen: only `observedGeneration` moves.
+async fn write_suspended(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let mut status = app.status.clone().unwrap_or_default();
+    if status.observed_generation == app.metadata.generation {
+        return Ok(());
+    }
+    status.observed_generation = app.metadata.generation;
+    write_status(app, namespace, &status, ctx).await
+}
+
+async fn publish(
+    app: &Application,
+    events_to_send: &[(kuvryn_sync_api::EventReason, String)],
+    redactor: &Redactor,
+    ctx: &ApplicationContext,
+) {
+    let reference = app.object_ref(&());
+    events::publish(&ctx.client, &ctx.reporter, &reference, events_to_send, redactor).await;
+}

@@ -1,0 +1,664 @@
+//! The Application reconciler end to end: the real controller binary against the API (an
+//! in-process ksync-sandbox, or a real cluster through KSYNC_E2E_KUBECONFIG), a real Git server
+//! (git daemon), `kubectl` for the client-side apply. Automatic sync of a YAML path as the
+//! Application's service account: Revisions with plans, only changed objects applied, pruning
+//! with high-risk and opted-out objects kept, conflicts and adoption, identity and validation
+//! failures, Secret values kept out of every output, and a controller killed between the apply
+//! and the status write.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
+use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kuvryn_sync_api::{Application, PlanAction, Repository, Revision, RevisionPhase, keys};
+use kuvryn_sync_tests::apply::{DEPLOYER, grant_deployer};
+use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, wait_for};
+use kuvryn_sync_tests::servers::{BareRepo, GitDaemon};
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+const CANARY: &str = "canary-desired-secret-7c41e2";
+/// The exit code of the controller at a test fault point (`controller/src/fault.rs`).
+const FAULT_EXIT_CODE: i32 = 86;
+
+struct Env {
+    cluster: TestCluster,
+    controller: Option<ControllerProcess>,
+    namespace: String,
+    repo: BareRepo,
+    _daemon: GitDaemon,
+    _root: tempfile::TempDir,
+    logs: tempfile::TempDir,
+}
+
+/// A namespace with service account `deployer` (rights on the kinds the tests use, and on
+/// Namespaces cluster-wide), a Git repository served by git daemon, a Repository for it, and —
+/// unless `start` is false — a controller whose output goes to a log file.
+async fn env(prefix: &str, start: bool) -> Result<Env> {
+    let cluster = TestCluster::start().await?;
+    let namespace = cluster.namespace(prefix).await?;
+    let admin = cluster.client();
+    grant_deployer(
+        &admin,
+        &namespace,
+        &["configmaps", "secrets", "services", "persistentvolumeclaims"],
+    )
+    .await?;
+    let kinds = kuvryn_sync_apply::kinds::Kinds::default();
+    for object in [
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": format!("{namespace}-namespaces")},
+               "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["*"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": format!("{namespace}-namespaces")},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": format!("{namespace}-namespaces")},
+               "subjects": [{"kind": "ServiceAccount", "name": DEPLOYER,
+                             "namespace": namespace}]}),
+    ] {
+        let served = kinds
+            .resolve(
+                &admin,
+                "rbac.authorization.k8s.io/v1",
+                object["kind"].as_str().unwrap_or_default(),
+            )
+            .await?
+            .context("RBAC kinds are served")?;
+        let api: Api<kube::api::DynamicObject> = Api::all_with(admin.clone(), &served.resource);
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        api.patch(&name, &PatchParams::apply("test-setup"), &Patch::Apply(&object)).await?;
+    }
+    let root = tempfile::tempdir()?;
+    let repo = BareRepo::create(root.path(), "apps")?;
+    let daemon = GitDaemon::start(root.path())?;
+    let repository: Repository = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+        "metadata": {"name": "apps"},
+        "spec": {"type": "git", "git": {"url": daemon.url(&repo.name), "revision": "main"}},
+    }))?;
+    Api::<Repository>::namespaced(admin, &namespace)
+        .create(&PostParams::default(), &repository)
+        .await?;
+    let mut env = Env {
+        cluster,
+        controller: None,
+        namespace,
+        repo,
+        _daemon: daemon,
+        _root: root,
+        logs: tempfile::tempdir()?,
+    };
+    if start {
+        env.start_controller(&[])?;
+    }
+    Ok(env)
+}
+
+impl Env {
+    fn log_path(&self) -> PathBuf {
+        self.logs.path().join("controller.log")
+    }
+
+    fn start_controller(&mut self, env: &[(&str, &str)]) -> Result<()> {
+        // A long poll interval: every new commit in these tests is announced by the annotation.
+        let args = ["--default-poll-interval", "1h"];
+        let log = self.log_path();
+        self.controller = Some(ControllerProcess::start_logged(&self.cluster, &args, env, &log)?);
+        Ok(())
+    }
+
+    fn controller_log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + for<'de> k8s_openapi::serde::Deserialize<'de>
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.cluster.client(), &self.namespace)
+    }
+
+    /// Commit `files` and have the Repository fetch the new commit at once.
+    async fn push(&self, files: &[(&str, String)], message: &str) -> Result<String> {
+        let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+        let commit = self.repo.commit(&files, message)?;
+        self.announce().await?;
+        Ok(commit)
+    }
+
+    /// Delete `paths` in a commit and have the Repository fetch it at once.
+    async fn push_removal(&self, paths: &[&str], message: &str) -> Result<String> {
+        let commit = self.repo.remove(paths, message)?;
+        self.announce().await?;
+        Ok(commit)
+    }
+
+    async fn announce(&self) -> Result<()> {
+        let now = format!("{:?}", std::time::SystemTime::now());
+        let patch = json!({"metadata": {"annotations": {keys::RECONCILE_REQUESTED_AT: now}}});
+        self.api::<Repository>()
+            .patch("apps", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Create Application `name` deploying `path` into the test namespace as `deployer`,
+    /// automatic with prune; `overrides` is merged into the spec.
+    async fn create_app(&self, name: &str, path: &str, overrides: Value) -> Result<()> {
+        let mut spec = json!({
+            "serviceAccountName": DEPLOYER,
+            "source": {"repositoryRef": {"name": "apps"}, "path": path, "render": {"type": "yaml"}},
+            "destination": {"namespace": self.namespace},
+            "sync": {"automatic": true, "prune": true},
+        });
+        merge(&mut spec, overrides);
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name}, "spec": spec,
+        }))?;
+        self.api::<Application>().create(&PostParams::default(), &app).await?;
+        Ok(())
+    }
+
+    async fn wait_app(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&Application) -> bool,
+    ) -> Result<Application> {
+        let api = self.api::<Application>();
+        wait_for(&format!("Application {name}: {what}"), DEADLINE, || async {
+            let app = api.get(name).await?;
+            let observed = format!("status {}", serde_json::to_string(&app.status)?);
+            Ok((done(&app).then_some(app), observed))
+        })
+        .await
+        .with_context(|| format!("controller log, last lines:\n{}", self.log_tail(40)))
+    }
+
+    fn log_tail(&self, lines: usize) -> String {
+        let log = self.controller_log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Wait until `name` is Synced at `commit`.
+    async fn wait_synced(&self, name: &str, commit: &str) -> Result<Application> {
+        self.wait_app(name, &format!("Synced at {commit}"), |app| {
+            app.status.as_ref().is_some_and(|s| {
+                s.deployed_revision.as_deref() == Some(commit)
+                    && s.sync.state == kuvryn_sync_api::SyncState::Synced
+            })
+        })
+        .await
+    }
+
+    /// Wait until `name`'s Ready condition is False with `reason`; returns its message.
+    async fn wait_failed(&self, name: &str, reason: &str) -> Result<String> {
+        let app = self
+            .wait_app(name, &format!("Ready=False/{reason}"), |app| {
+                ready(app).is_some_and(|(status, r, _)| status == "False" && r == reason)
+            })
+            .await?;
+        Ok(ready(&app).map(|(_, _, message)| message).unwrap_or_default())
+    }
+
+    /// The Revision of Application `name` at `commit`.
+    async fn revision(&self, name: &str, commit: &str) -> Result<Revision> {
+        let selector = format!("{}={name}", keys::APPLICATION);
+        let revisions =
+            self.api::<Revision>().list(&ListParams::default().labels(&selector)).await?;
+        revisions
+            .items
+            .into_iter()
+            .find(|r| r.spec.source.revision == commit)
+            .with_context(|| format!("no Revision of {name} at {commit}"))
+    }
+
+    /// The (type, reason, note) of the Events regarding `name`.
+    async fn events_for(&self, name: &str) -> Result<Vec<(String, String, String)>> {
+        let events = self.api::<Event>().list(&ListParams::default()).await?;
+        Ok(events
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| {
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect())
+    }
+
+    async fn wait_event(&self, name: &str, reason: &str) -> Result<Vec<(String, String, String)>> {
+        wait_for(&format!("Event {reason} on {name}"), DEADLINE, || async {
+            let events = self.events_for(name).await?;
+            let found = events.iter().any(|(_, r, _)| r == reason);
+            let observed = format!("{events:?}");
+            Ok((found.then_some(events), observed))
+        })
+        .await
+    }
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(into), Value::Object(from)) => {
+            for (key, value) in from {
+                merge(into.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (into, from) => *into = from,
+    }
+}
+
+/// The Ready condition's (status, reason, message).
+fn ready(app: &Application) -> Option<(String, String, String)> {
+    app.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn config_map(name: &str, value: &str, annotations: Value) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "annotations": annotations},
+        "data": {"value": value},
+    }))
+    .expect("json")
+}
+
+/// The managers of `object`'s fields.
+fn managers(object: &impl kube::Resource) -> Vec<String> {
+    object.meta().managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect()
+}
+
+fn revision_annotation(object: &impl kube::Resource) -> Option<String> {
+    object.meta().annotations.as_ref()?.get(keys::REVISION).cloned()
+}
+
+/// A 20-object application is applied with our labels, annotation and field manager; a change
+/// in Git plans and applies only that object; a removed object is pruned; a removed Namespace,
+/// PVC, Secret and `prune: disabled` object are kept with `PruneSkipped` and plan warnings; a
+/// Secret's value never shows in the Revision, status, Events or the controller's logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn syncs_only_changes_prunes_and_keeps_high_risk_objects() -> Result<()> {
+    let env = env("app-sync", true).await?;
+    let ns = env.namespace.clone();
+    let extra_namespace = format!("{ns}-extra");
+    let mut files: Vec<(String, String)> = (0..16)
+        .map(|n| {
+            let annotations =
+                if n == 15 { json!({ keys::PRUNE: keys::PRUNE_DISABLED }) } else { json!({}) };
+            (
+                format!("apps/web/cm-{n:02}.yaml"),
+                config_map(&format!("cm-{n:02}"), "one", annotations),
+            )
+        })
+        .collect();
+    files.push((
+        "apps/web/secret.yaml".into(),
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: db\nstringData:\n  token: {CANARY}\n"
+        ),
+    ));
+    files.push((
+        "apps/web/service.yaml".into(),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector:\n    app: web\n  ports:\n    - port: 80\n"
+            .into(),
+    ));
+    files.push((
+        "apps/web/pvc.yaml".into(),
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage: 1Gi\n"
+            .into(),
+    ));
+    files.push((
+        "apps/web/namespace.yaml".into(),
+        format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {extra_namespace}\n"),
+    ));
+    let refs: Vec<(&str, String)> = files.iter().map(|(p, c)| (p.as_str(), c.clone())).collect();
+    let first = env.push(&refs, "twenty objects").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    let app = env.wait_synced("web", &first).await?;
+    let status = app.status.clone().context("status")?;
+    assert_eq!(status.service_account_name.as_deref(), Some(DEPLOYER));
+    assert_eq!(status.deployed_revision_short.as_deref(), Some(&first[..12]));
+    let kinds: BTreeSet<String> = status.managed_kinds.iter().map(|k| k.kind.clone()).collect();
+    assert_eq!(
+        kinds,
+        ["ConfigMap", "Namespace", "PersistentVolumeClaim", "Secret", "Service"]
+            .map(String::from)
+            .into()
+    );
+    let first_revision = env.revision("web", &first).await?;
+    let plan = first_revision.status.as_ref().and_then(|s| s.plan.clone()).context("plan")?;
+    assert_eq!((plan.create, plan.update, plan.delete, plan.unchanged), (20, 0, 0, 0));
+    assert!(plan.digest.starts_with("sha256:"), "{}", plan.digest);
+    assert_eq!(
+        first_revision.status.as_ref().and_then(|s| s.phase),
+        Some(RevisionPhase::Observing)
+    );
+
+    // Labels, annotation and the Application's field manager as the only manager.
+    let manager = format!("kuvryn-sync/{ns}/web");
+    let cms = env.api::<ConfigMap>();
+    let cm = cms.get("cm-04").await?;
+    assert_eq!(cm.labels().get(keys::APPLICATION).map(String::as_str), Some("web"));
+    assert_eq!(cm.labels().get(keys::APPLICATION_NAMESPACE).map(String::as_str), Some(ns.as_str()));
+    assert_eq!(revision_annotation(&cm), Some(first_revision.name_any()));
+    assert_eq!(managers(&cm), vec![manager.clone()]);
+    let namespace = Api::<Namespace>::all(env.cluster.client()).get(&extra_namespace).await?;
+    assert_eq!(namespace.labels().get(keys::APPLICATION).map(String::as_str), Some("web"));
+    env.api::<Service>().get("web").await?;
+    env.api::<PersistentVolumeClaim>().get("data").await?;
+    let untouched_version = cm.resource_version();
+
+    // One field changed in Git: one Update, naming the field; only that object is applied.
+    let second = env
+        .push(&[("apps/web/cm-03.yaml", config_map("cm-03", "two", json!({})))], "change cm-03")
+        .await?;
+    env.wait_synced("web", &second).await?;
+    let second_revision = env.revision("web", &second).await?;
+    let plan = second_revision.status.as_ref().and_then(|s| s.plan.clone()).context("plan")?;
+    assert_eq!((plan.create, plan.update, plan.delete, plan.unchanged), (0, 1, 0, 19));
+    let updated: Vec<_> = plan.changes.iter().filter(|c| c.action == PlanAction::Update).collect();
+    assert_eq!(updated.len(), 1);
+    assert_eq!(updated[0].resource.name, "cm-03");
+    assert!(updated[0].fields.contains(&".data.value".to_owned()), "{:?}", updated[0].fields);
+    let changed = cms.get("cm-03").await?;
+    assert_eq!(
+        changed.data.clone().unwrap_or_default().get("value").map(String::as_str),
+        Some("two")
+    );
+    assert_eq!(revision_annotation(&changed), Some(second_revision.name_any()));
+    let untouched = cms.get("cm-04").await?;
+    assert_eq!(untouched.resource_version(), untouched_version, "cm-04 was written");
+    assert_eq!(revision_annotation(&untouched), Some(first_revision.name_any()));
+
+    // Removed from Git: cm-00 is pruned; the Namespace, PVC, Secret and cm-15 (prune: disabled)
+    // are kept, listed as Unchanged with a warning, and named in one PruneSkipped Event.
+    let third = env
+        .push_removal(
+            &[
+                "apps/web/cm-00.yaml",
+                "apps/web/cm-15.yaml",
+                "apps/web/secret.yaml",
+                "apps/web/pvc.yaml",
+                "apps/web/namespace.yaml",
+            ],
+            "remove five",
+        )
+        .await?;
+    let app = env.wait_synced("web", &third).await?;
+    assert!(cms.get_opt("cm-00").await?.is_none(), "cm-00 was not pruned");
+    assert!(cms.get_opt("cm-15").await?.is_some(), "cm-15 (prune: disabled) was pruned");
+    assert!(env.api::<Secret>().get_opt("db").await?.is_some(), "the Secret was pruned");
+    assert!(env.api::<PersistentVolumeClaim>().get_opt("data").await?.is_some(), "PVC pruned");
+    assert!(
+        Api::<Namespace>::all(env.cluster.client()).get_opt(&extra_namespace).await?.is_some(),
+        "the Namespace was pruned"
+    );
+    let third_revision = env.revision("web", &third).await?;
+    let plan = third_revision.status.as_ref().and_then(|s| s.plan.clone()).context("plan")?;
+    assert_eq!(plan.delete, 1);
+    let warned: BTreeSet<String> = plan
+        .changes
+        .iter()
+        .filter(|c| c.action == PlanAction::Unchanged && c.warning.is_some())
+        .map(|c| format!("{}/{}", c.resource.kind, c.resource.name))
+        .collect();
+    assert_eq!(
+        warned,
+        [
+            "ConfigMap/cm-15".to_owned(),
+            format!("Namespace/{extra_namespace}"),
+            "PersistentVolumeClaim/data".to_owned(),
+            "Secret/db".to_owned()
+        ]
+        .into()
+    );
+    let events = env.wait_event("web", "PruneSkipped").await?;
+    let skipped: Vec<_> = events.iter().filter(|(_, r, _)| r == "PruneSkipped").collect();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert_eq!(skipped[0].0, "Warning");
+    for name in ["cm-15", "Secret", "PersistentVolumeClaim", extra_namespace.as_str()] {
+        assert!(skipped[0].2.contains(name), "{name} not named: {}", skipped[0].2);
+    }
+    // Kept objects keep the Application's labels, so their kinds stay in the inventory.
+    let kinds: BTreeSet<String> =
+        app.status.context("status")?.managed_kinds.iter().map(|k| k.kind.clone()).collect();
+    assert!(kinds.contains("Secret") && kinds.contains("Namespace"), "{kinds:?}");
+
+    // The canary never leaves the Secret.
+    let encoded = base64::engine::general_purpose::STANDARD.encode(CANARY);
+    let revisions = env.api::<Revision>().list(&ListParams::default()).await?;
+    let app = env.api::<Application>().get("web").await?;
+    let events = env.events_for("web").await?;
+    let outputs = [
+        ("Revisions", serde_json::to_string(&revisions.items)?),
+        ("Application", serde_json::to_string(&app)?),
+        ("Events", format!("{events:?}")),
+        ("controller log", env.controller_log()),
+    ];
+    for (what, text) in outputs {
+        ensure!(!text.contains(CANARY) && !text.contains(&encoded), "the canary is in the {what}");
+    }
+    ensure!(env.controller_log().contains("synced"), "the controller log is empty");
+    Ok(())
+}
+
+/// Two Applications writing the same field: the second fails with ConflictFailure naming the
+/// field and the manager; under `adopt` it takes the field over and its plan lists the previous
+/// manager. An object created with a client-side `kubectl apply` is taken over without a
+/// conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_fail_adopt_takes_over_and_client_side_apply_is_migrated() -> Result<()> {
+    let env = env("app-conflict", true).await?;
+    let ns = env.namespace.clone();
+    let manifest = tempfile::NamedTempFile::new()?;
+    std::fs::write(
+        manifest.path(),
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "by-hand", "namespace": ns}, "data": {"value": "by hand"}}))?,
+    )?;
+    let kubectl = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig())
+        .args(["apply", "-f"])
+        .arg(manifest.path())
+        .output()
+        .await?;
+    ensure!(kubectl.status.success(), "{}", String::from_utf8_lossy(&kubectl.stderr));
+
+    let commit = env
+        .push(
+            &[
+                ("apps/a/shared.yaml", config_map("shared", "from-a", json!({}))),
+                ("apps/a/by-hand.yaml", config_map("by-hand", "from-git", json!({}))),
+                ("apps/b/shared.yaml", config_map("shared", "from-b", json!({}))),
+            ],
+            "two applications, one field",
+        )
+        .await?;
+    env.create_app("a", "apps/a", json!({})).await?;
+    env.wait_synced("a", &commit).await?;
+    let cms = env.api::<ConfigMap>();
+    let by_hand = cms.get("by-hand").await?;
+    assert_eq!(by_hand.data.unwrap_or_default().get("value").map(String::as_str), Some("from-git"));
+
+    env.create_app("b", "apps/b", json!({"sync": {"prune": false}})).await?;
+    let message = env.wait_failed("b", "ConflictFailure").await?;
+    let manager_a = format!("kuvryn-sync/{ns}/a");
+    assert!(message.contains(".data.value") && message.contains(&manager_a), "{message}");
+    let failed = env.revision("b", &commit).await?;
+    let failure = failed.status.as_ref().and_then(|s| s.failure.clone()).context("failure")?;
+    assert_eq!(failure.reason, kuvryn_sync_api::FailureReason::ConflictFailure);
+    assert_eq!(failed.status.as_ref().and_then(|s| s.phase), Some(RevisionPhase::Failed));
+    let shared = cms.get("shared").await?;
+    assert_eq!(shared.data.unwrap_or_default().get("value").map(String::as_str), Some("from-a"));
+    env.wait_event("b", "ConflictFailure").await?;
+
+    let adopt = json!({"spec": {"sync": {"conflictPolicy": "adopt"}}});
+    env.api::<Application>().patch("b", &PatchParams::default(), &Patch::Merge(&adopt)).await?;
+    env.wait_synced("b", &commit).await?;
+    let shared = cms.get("shared").await?;
+    assert_eq!(shared.data.unwrap_or_default().get("value").map(String::as_str), Some("from-b"));
+    let adopted = env.revision("b", &commit).await?;
+    let plan = adopted.status.and_then(|s| s.plan).context("plan")?;
+    let change = plan.changes.iter().find(|c| c.resource.name == "shared").context("change")?;
+    assert!(
+        change.adopted.iter().any(|a| a.field == ".data.value" && a.previous_manager == manager_a),
+        "{:?}",
+        change.adopted
+    );
+    Ok(())
+}
+
+/// A service account without rights gives Forbidden naming the verb and the resource; no
+/// service account and no default gives ServiceAccountRequired, a missing one
+/// ServiceAccountFailure; a foreign namespace, a duplicate and a bad hook value give
+/// ValidationFailure with nothing applied; manual sync plans and waits for approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_and_validation_failures_apply_nothing() -> Result<()> {
+    let env = env("app-refuse", true).await?;
+    let ns = env.namespace.clone();
+    let nobody: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "nobody"}}))?;
+    env.api().create(&PostParams::default(), &nobody).await?;
+    let commit = env
+        .push(
+            &[
+                ("apps/ok/cm.yaml", config_map("ok", "1", json!({}))),
+                ("apps/manual/cm.yaml", config_map("manual", "1", json!({}))),
+                ("apps/foreign/innocent.yaml", config_map("innocent-1", "1", json!({}))),
+                (
+                    "apps/foreign/cm.yaml",
+                    serde_json::to_string(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "elsewhere", "namespace": "kube-system"}}))?,
+                ),
+                ("apps/dupes/a.yaml", config_map("twice", "1", json!({}))),
+                ("apps/dupes/b.yaml", config_map("twice", "2", json!({}))),
+                ("apps/dupes/innocent.yaml", config_map("innocent-2", "1", json!({}))),
+                ("apps/hook/innocent.yaml", config_map("innocent-3", "1", json!({}))),
+                (
+                    "apps/hook/job.yaml",
+                    config_map("hooked", "1", json!({ keys::HOOK: "mid-sync" })),
+                ),
+            ],
+            "refusals",
+        )
+        .await?;
+
+    env.create_app("denied", "apps/ok", json!({"serviceAccountName": "nobody"})).await?;
+    let message = env.wait_failed("denied", "Forbidden").await?;
+    assert!(message.contains("patch") && message.contains("ConfigMap"), "{message}");
+    assert!(message.contains(&format!("{ns}/ok")), "{message}");
+
+    env.create_app("anonymous", "apps/ok", json!({"serviceAccountName": null})).await?;
+    let message = env.wait_failed("anonymous", "ServiceAccountRequired").await?;
+    assert!(message.contains("--default-service-account"), "{message}");
+    env.create_app("ghost", "apps/ok", json!({"serviceAccountName": "ghost"})).await?;
+    let message = env.wait_failed("ghost", "ServiceAccountFailure").await?;
+    assert!(message.contains("ghost"), "{message}");
+
+    for (name, path, says) in [
+        ("foreign", "apps/foreign", "kube-system"),
+        ("dupes", "apps/dupes", "declared twice"),
+        ("hook", "apps/hook", "mid-sync"),
+    ] {
+        env.create_app(name, path, json!({})).await?;
+        let message = env.wait_failed(name, "ValidationFailure").await?;
+        assert!(message.contains(says), "{name}: {message}");
+    }
+    let cms = env.api::<ConfigMap>();
+    for name in ["ok", "innocent-1", "innocent-2", "innocent-3", "twice", "hooked"] {
+        assert!(cms.get_opt(name).await?.is_none(), "{name} was applied");
+    }
+    let selector = format!("{}=denied", keys::APPLICATION);
+    assert!(
+        env.api::<Revision>()
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .is_empty(),
+        "a failure before the plan made a Revision"
+    );
+
+    // Manual sync: the plan waits for approval, nothing is applied.
+    env.create_app("manual", "apps/manual", json!({"sync": {"automatic": false}})).await?;
+    env.wait_app("manual", "AwaitingApproval", |app| {
+        app.status
+            .as_ref()
+            .is_some_and(|s| s.sync.state == kuvryn_sync_api::SyncState::AwaitingApproval)
+    })
+    .await?;
+    let waiting = env.revision("manual", &commit).await?;
+    assert_eq!(waiting.status.and_then(|s| s.phase), Some(RevisionPhase::AwaitingApproval));
+    env.wait_event("manual", "ApprovalRequired").await?;
+    assert!(cms.get_opt("manual").await?.is_none(), "a manual plan was applied");
+    Ok(())
+}
+
+/// The controller dies between the apply and the status write (a test fault point). The
+/// inventory written before the apply names the new kind, so after a restart the sync
+/// completes, and an object of that kind removed from Git is pruned, not orphaned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_after_apply_loses_no_inventory() -> Result<()> {
+    let mut env = env("app-crash", false).await?;
+    let commit = env
+        .push(
+            &[
+                ("apps/web/cm.yaml", config_map("settings", "1", json!({}))),
+                (
+                    "apps/web/service.yaml",
+                    "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n    - port: 80\n"
+                        .to_owned(),
+                ),
+            ],
+            "a ConfigMap and a Service",
+        )
+        .await?;
+    env.start_controller(&[("KSYNC_TEST_FAULT_POINT", "after-apply")])?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    let exit = env.controller.as_mut().context("controller")?.wait_exit(DEADLINE).await?;
+    assert_eq!(exit.code(), Some(FAULT_EXIT_CODE), "{}", env.controller_log());
+
+    // Applied, but the final status was never written: the inventory came first.
+    let services = env.api::<Service>();
+    assert!(services.get_opt("web").await?.is_some(), "the Service was not applied");
+    let app = env.api::<Application>().get("web").await?;
+    let status = app.status.context("status")?;
+    assert_eq!(status.sync.state, kuvryn_sync_api::SyncState::Applying);
+    let kinds: BTreeSet<String> = status.managed_kinds.iter().map(|k| k.kind.clone()).collect();
+    assert_eq!(kinds, ["ConfigMap", "Service"].map(String::from).into());
+    let revision = env.revision("web", &commit).await?;
+    assert_eq!(revision.status.and_then(|s| s.phase), Some(RevisionPhase::Applying));
+
+    env.start_controller(&[])?;
+    env.wait_synced("web", &commit).await?;
+    let settled = env.revision("web", &commit).await?;
+    assert_eq!(settled.status.and_then(|s| s.phase), Some(RevisionPhase::Observing));
+
+    let removed = env.push_removal(&["apps/web/service.yaml"], "remove the Service").await?;
+    let app = env.wait_synced("web", &removed).await?;
+    assert!(services.get_opt("web").await?.is_none(), "the Service was orphaned");
+    let kinds: BTreeSet<String> =
+        app.status.context("status")?.managed_kinds.iter().map(|k| k.kind.clone()).collect();
+    assert_eq!(kinds, ["ConfigMap".to_owned()].into());
+    Ok(())
+}
