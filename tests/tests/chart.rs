@@ -298,9 +298,23 @@ fn chart_rbac_is_exact_and_least_privilege() {
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
             {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"],
              "resourceNames": ["system:serviceaccounts"]},
+        ])
+    );
+    let watch = format!("{CONTROLLER}-watch");
+    assert_eq!(
+        rules(&r, "ClusterRole", &watch),
+        json!([
+            {"apiGroups": [""], "verbs": ["list", "watch"],
+             "resources": ["configmaps", "services", "serviceaccounts", "persistentvolumeclaims", "namespaces"]},
+            {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"],
+             "verbs": ["list", "watch"]},
+            {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "networkpolicies"],
+             "verbs": ["list", "watch"]},
         ])
     );
     assert_eq!(
@@ -321,6 +335,8 @@ fn chart_rbac_is_exact_and_least_privilege() {
     // Invariants over every rule, so a new rule cannot quietly widen access.
     for kind in ["ClusterRole", "Role"] {
         for role in r.of_kind(kind) {
+            // The managed-kind watch role may name workload kinds, for list and watch only.
+            let watch_role = role["metadata"]["name"] == json!(watch);
             for rule in role["rules"].as_array().expect("rules") {
                 for field in ["apiGroups", "resources", "verbs", "resourceNames"] {
                     for v in rule[field].as_array().into_iter().flatten() {
@@ -350,6 +366,11 @@ fn chart_rbac_is_exact_and_least_privilege() {
                         }
                     }
                 }
+                if watch_role {
+                    assert_eq!(verbs, &vec![json!("list"), json!("watch")], "{rule}");
+                    assert!(!resources.contains(&json!("secrets")), "{rule}");
+                    continue;
+                }
                 if resources.contains(&json!("leases")) {
                     assert_eq!(kind, "Role", "Leases only through the namespaced Role");
                 }
@@ -377,6 +398,7 @@ fn chart_rbac_is_exact_and_least_privilege() {
     for (kind, name, role_kind, role) in [
         ("ClusterRoleBinding", CONTROLLER, "ClusterRole", CONTROLLER),
         ("ClusterRoleBinding", WEBHOOK, "ClusterRole", WEBHOOK),
+        ("ClusterRoleBinding", &watch, "ClusterRole", &watch),
         (
             "RoleBinding",
             "kuvryn-sync-controller-leader-election",
@@ -395,6 +417,19 @@ fn chart_rbac_is_exact_and_least_privilege() {
             json!([{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}])
         );
     }
+
+    // The watch role can be switched off, and refuses Secrets.
+    let unwatched = render(json!({"controller": {"rbac": {"watchManagedKinds": []}}}));
+    assert!(
+        unwatched
+            .of_kind("ClusterRole")
+            .iter()
+            .all(|role| role["metadata"]["name"] != json!(watch))
+    );
+    let refused = render_chart(json!({"controller": {"rbac": {"watchManagedKinds": [
+        {"apiGroups": [""], "resources": ["configmaps", "secrets"]}]}}}))
+    .expect_err("secrets refused");
+    assert!(refused.to_string().contains("must not name secrets"), "{refused}");
 
     let extra = render(
         json!({"controller": {"rbac": {"impersonateGroupNamespaces": ["team-a", "team-b"]}}}),
