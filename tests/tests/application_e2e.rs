@@ -662,3 +662,78 @@ async fn a_controller_killed_after_apply_loses_no_inventory() -> Result<()> {
     assert_eq!(kinds, ["ConfigMap".to_owned()].into());
     Ok(())
 }
+
+/// A CustomResourceDefinition and a custom resource of its kind in one Application: the custom
+/// resource is planned as a Create before its kind is served, takes its scope from the rendered
+/// CRD, and is applied once the CRD is Established.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_and_its_custom_resource_sync_together() -> Result<()> {
+    let env = env("app-crd", true).await?;
+    let ns = env.namespace.clone();
+    let group = format!("{ns}.example.com");
+    let admin = env.cluster.client();
+    let kinds = kuvryn_sync_apply::kinds::Kinds::default();
+    for (kind, object) in [
+        ("ClusterRole", json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": format!("{ns}-crds")},
+            "rules": [{"apiGroups": ["apiextensions.k8s.io"],
+                       "resources": ["customresourcedefinitions"], "verbs": ["*"]},
+                      {"apiGroups": [group], "resources": ["widgets"], "verbs": ["*"]}]})),
+        ("ClusterRoleBinding", json!({"apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding", "metadata": {"name": format!("{ns}-crds")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": format!("{ns}-crds")},
+            "subjects": [{"kind": "ServiceAccount", "name": DEPLOYER, "namespace": ns}]})),
+    ] {
+        let served = kinds
+            .resolve(&admin, "rbac.authorization.k8s.io/v1", kind)
+            .await?
+            .context("RBAC kinds are served")?;
+        let api: Api<kube::api::DynamicObject> = Api::all_with(admin.clone(), &served.resource);
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        api.patch(&name, &PatchParams::apply("test-setup"), &Patch::Apply(&object)).await?;
+    }
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("widgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
+                           "listKind": "WidgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                   "spec": {"type": "object", "properties": {
+                                       "size": {"type": "integer"}}}}}}}]},
+    });
+    let widget = json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+                        "metadata": {"name": "gear"}, "spec": {"size": 3}});
+    let commit = env
+        .push(
+            &[
+                ("apps/crd/crd.yaml", serde_json::to_string(&crd)?),
+                ("apps/crd/widget.yaml", serde_json::to_string(&widget)?),
+            ],
+            "a CRD and a Widget",
+        )
+        .await?;
+    env.create_app("widgets", "apps/crd", json!({})).await?;
+    env.wait_synced("widgets", &commit).await?;
+    let plan = env
+        .revision("widgets", &commit)
+        .await?
+        .status
+        .and_then(|s| s.plan)
+        .context("plan")?;
+    assert_eq!((plan.create, plan.update), (2, 0));
+    let resource = kube::api::ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let widgets: Api<kube::api::DynamicObject> = Api::namespaced_with(admin, &ns, &resource);
+    let gear = widgets.get("gear").await?;
+    assert_eq!(gear.data["spec"]["size"], json!(3));
+    assert_eq!(gear.labels().get(keys::APPLICATION).map(String::as_str), Some("widgets"));
+    Ok(())
+}

@@ -60,8 +60,8 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
 }
 
 const COMMON_KINDS: [(&str, usize); 7] = [
-    ("ClusterRole", 2),
-    ("ClusterRoleBinding", 2),
+    ("ClusterRole", 3),
+    ("ClusterRoleBinding", 3),
     ("Deployment", 2),
     ("Role", 1),
     ("RoleBinding", 1),

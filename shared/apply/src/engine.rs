@@ -19,7 +19,9 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kuvryn_sync_api::{FailureReason, ManagedKind, keys};
-use kuvryn_sync_core::desired::{DesiredObject, GroupKind, ObjectKey, Scope, group_of};
+use kuvryn_sync_core::desired::{
+    DesiredObject, GroupKind, ObjectKey, Scope, group_of, kinds_defined_by,
+};
 use kuvryn_sync_core::plan::{
     FieldConflict, Found, Observation, parse_conflict_message, real_conflicts,
 };
@@ -141,8 +143,12 @@ impl Engine<'_> {
     ) -> BoxFuture<'a, Result<Vec<Observation>, EngineError>> {
         // Boxed, so the stream's closures do not leak into callers' futures, where the compiler
         // cannot prove them `Send` for every lifetime (a controller's reconcile must be).
+        let defined_here = kinds_defined_by(objects);
         stream::iter(objects)
-            .map(move |object| self.observe_one(object, revision, live.get(&object.key)))
+            .map(move |object| {
+                let new_kind = defined_here.contains(&object.key.group_kind);
+                self.observe_one(object, revision, live.get(&object.key), new_kind)
+            })
             .buffered(CONCURRENCY)
             .try_collect()
             .boxed()
@@ -153,6 +159,7 @@ impl Engine<'_> {
         object: &DesiredObject,
         revision: &str,
         listed: Option<&Value>,
+        defined_here: bool,
     ) -> Result<Observation, EngineError> {
         // An object the Application applied before is compared under the Revision that applied
         // it: a new Revision alone is no change, and objects nothing else changed in are left
@@ -162,7 +169,20 @@ impl Engine<'_> {
             .unwrap_or(revision);
         let body = object.for_revision(applied_by);
         let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
-        let api = self.api_for(&object.key, &api_version).await?;
+        let api = match self.api_for(&object.key, &api_version).await {
+            Ok(api) => api,
+            // A custom resource whose CustomResourceDefinition this same desired state brings:
+            // nothing of the kind can exist yet, and the apply comes after the CRD's.
+            Err(EngineError::NotServed { .. }) if defined_here => {
+                return Ok(Observation {
+                    key: object.key.clone(),
+                    api_version,
+                    wave: object.wave,
+                    found: Found::Absent,
+                });
+            }
+            Err(err) => return Err(err),
+        };
         let found = match self.dry_run(&api, object, &body).await? {
             DryRun::Conflicts(conflicts) => Found::Conflicts(conflicts),
             DryRun::Applied { result, adopted } => {

@@ -299,6 +299,22 @@ fn normalise_one(
     Ok(Some(DesiredObject { key, stage, wave, object }))
 }
 
+/// The kinds the CustomResourceDefinitions among `objects` define: their custom resources may be
+/// planned before the API server serves them.
+pub fn kinds_defined_by(objects: &[DesiredObject]) -> std::collections::BTreeSet<GroupKind> {
+    objects
+        .iter()
+        .filter(|o| {
+            o.key.group_kind == GroupKind::new("apiextensions.k8s.io", "CustomResourceDefinition")
+        })
+        .filter_map(|crd| {
+            let group = crd.object["spec"]["group"].as_str()?;
+            let kind = crd.object["spec"]["names"]["kind"].as_str()?;
+            Some(GroupKind::new(group, kind))
+        })
+        .collect()
+}
+
 /// The scopes of kinds defined by CustomResourceDefinitions among `rendered`.
 fn scopes_defined_by_crds(rendered: &[Rendered]) -> BTreeMap<GroupKind, Scope> {
     rendered
