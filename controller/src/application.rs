@@ -34,7 +34,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
     Application, ApplicationStatus, CONTROLLER_NAME, FailureReason, PlanAction, RenderType,
@@ -60,8 +60,8 @@ use kuvryn_sync_runtime::events;
 use kuvryn_sync_source::git::{CheckedOutTree, GitCache};
 
 use crate::fault::FaultPoint;
-use crate::source;
 use crate::watches::ManagedWatches;
+use crate::{source, triggers};
 
 /// What the reconciler needs.
 pub struct ApplicationContext {
@@ -108,16 +108,8 @@ pub async fn run(
     triggers: tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let api: Api<Application> = Api::all(ctx.client.clone());
-    let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(
-            predicates::generation.combine(predicates::annotations),
-            Default::default(),
-        );
+    let (reader, stream) =
+        triggers::spec_or_annotation_changes(Api::<Application>::all(ctx.client.clone()));
     let repositories = watcher(Api::<Repository>::all(ctx.client.clone()), Default::default())
         .default_backoff()
         .applied_objects()
@@ -136,11 +128,7 @@ pub async fn run(
     controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::warn!(%err, "application reconcile failed");
-            }
-        })
+        .for_each(|result| async move { triggers::log_failure("Application", &result) })
         .await;
 }
 

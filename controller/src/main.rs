@@ -14,6 +14,7 @@ mod application;
 mod fault;
 mod repository;
 mod source;
+mod triggers;
 mod watches;
 
 use std::sync::Arc;

@@ -22,7 +22,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{Application, CONTROLLER_NAME, FailureReason, Repository};
 use kuvryn_sync_core::discovery::{self, ConfigFileRead, DeleteAction};
@@ -31,7 +30,7 @@ use kuvryn_sync_core::repository::{Decision, Observation, decide};
 use kuvryn_sync_runtime::events;
 use kuvryn_sync_source::git::{FetchRequest, GitCache, GitError};
 
-use crate::source;
+use crate::{source, triggers};
 use kuvryn_sync_source::tree::read_config_file;
 
 /// What the reconciler needs.
@@ -71,27 +70,15 @@ pub async fn run(
     ctx: Arc<RepositoryContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let api: Api<Repository> = Api::all(ctx.client.clone());
-    let (reader, writer) = reflector::store();
-    // Reconcile on spec changes and on annotation changes (the push receivers set
-    // sync.kuvryn.io/reconcile-requested-at); our own status writes do not trigger a reconcile.
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(
-            predicates::generation.combine(predicates::annotations),
-            Default::default(),
-        );
+    // Spec changes and annotation changes (the push receivers set
+    // sync.kuvryn.io/reconcile-requested-at).
+    let (reader, stream) =
+        triggers::spec_or_annotation_changes(Api::<Repository>::all(ctx.client.clone()));
     Controller::for_stream(stream, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::warn!(%err, "repository reconcile failed");
-            }
-        })
+        .for_each(|result| async move { triggers::log_failure("Repository", &result) })
         .await;
 }
 

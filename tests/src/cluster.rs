@@ -171,7 +171,8 @@ impl ControllerProcess {
         Ok(ControllerProcess { child, _cache: cache })
     }
 
-    /// Wait (up to `deadline`) for the controller to exit on its own; its exit status.
+    /// Wait (up to `deadline`) for the controller to exit on its own; its exit status. Async, so
+    /// that an in-process sandbox on the same runtime keeps serving the controller meanwhile.
     pub async fn wait_exit(&mut self, deadline: Duration) -> Result<std::process::ExitStatus> {
         let start = Instant::now();
         loop {
@@ -187,21 +188,11 @@ impl ControllerProcess {
 }
 
 impl ControllerProcess {
-    /// Send SIGTERM and wait (up to `deadline`) for the exit status. Async, so that an
-    /// in-process sandbox on the same runtime keeps serving the controller meanwhile.
+    /// Send SIGTERM and wait (up to `deadline`) for the exit status.
     pub async fn terminate(&mut self, deadline: Duration) -> Result<std::process::ExitStatus> {
         let pid = i32::try_from(self.child.id()).context("pid")?;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM)?;
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if start.elapsed() > deadline {
-                bail!("the controller did not exit within {deadline:?} of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.wait_exit(deadline).await.context("after SIGTERM")
     }
 }
 
@@ -209,4 +200,25 @@ impl Drop for ControllerProcess {
     fn drop(&mut self) {
         let _ = crate::process_tree::kill_tree(&mut self.child, crate::process_tree::STOP_DEADLINE);
     }
+}
+
+/// The (type, reason, note) of the events.k8s.io/v1 Events in `namespace` regarding the object
+/// named `name`.
+pub async fn events_regarding(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<(String, String, String)>> {
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(client.clone(), namespace);
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default())
+        })
+        .collect())
 }

@@ -13,12 +13,11 @@ use std::time::Duration;
 use anyhow::{Context, Result, ensure};
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Secret, Service};
-use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::{Application, PlanAction, Repository, Revision, RevisionPhase, keys};
 use kuvryn_sync_tests::apply::{DEPLOYER, grant_deployer};
-use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, wait_for};
+use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, events_regarding, wait_for};
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon};
 use serde_json::{Value, json};
 
@@ -50,30 +49,16 @@ async fn env(prefix: &str, start: bool) -> Result<Env> {
         &["configmaps", "secrets", "services", "persistentvolumeclaims"],
     )
     .await?;
-    let kinds = kuvryn_sync_apply::kinds::Kinds::default();
-    for object in [
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": format!("{namespace}-namespaces")},
-               "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["*"]}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-               "metadata": {"name": format!("{namespace}-namespaces")},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                           "name": format!("{namespace}-namespaces")},
-               "subjects": [{"kind": "ServiceAccount", "name": DEPLOYER,
-                             "namespace": namespace}]}),
-    ] {
-        let served = kinds
-            .resolve(
-                &admin,
-                "rbac.authorization.k8s.io/v1",
-                object["kind"].as_str().unwrap_or_default(),
-            )
-            .await?
-            .context("RBAC kinds are served")?;
-        let api: Api<kube::api::DynamicObject> = Api::all_with(admin.clone(), &served.resource);
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        api.patch(&name, &PatchParams::apply("test-setup"), &Patch::Apply(&object)).await?;
-    }
+    apply_cluster_rbac(
+        &admin,
+        &[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": format!("{namespace}-namespaces")},
+                   "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["*"]}]}),
+            cluster_binding(&namespace, &format!("{namespace}-namespaces")),
+        ],
+    )
+    .await?;
     let root = tempfile::tempdir()?;
     let repo = BareRepo::create(root.path(), "apps")?;
     let daemon = GitDaemon::start(root.path())?;
@@ -227,19 +212,7 @@ impl Env {
 
     /// The (type, reason, note) of the Events regarding `name`.
     async fn events_for(&self, name: &str) -> Result<Vec<(String, String, String)>> {
-        let events = self.api::<Event>().list(&ListParams::default()).await?;
-        Ok(events
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .map(|e| {
-                (
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
-                )
-            })
-            .collect())
+        events_regarding(&self.cluster.client(), &self.namespace, name).await
     }
 
     async fn wait_event(&self, name: &str, reason: &str) -> Result<Vec<(String, String, String)>> {
@@ -251,6 +224,30 @@ impl Env {
         })
         .await
     }
+}
+
+/// Server-side apply cluster-scoped RBAC objects as the admin.
+async fn apply_cluster_rbac(admin: &kube::Client, objects: &[Value]) -> Result<()> {
+    let kinds = kuvryn_sync_apply::kinds::Kinds::default();
+    for object in objects {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let served = kinds
+            .resolve(admin, "rbac.authorization.k8s.io/v1", kind)
+            .await?
+            .context("RBAC kinds are served")?;
+        let api: Api<kube::api::DynamicObject> = Api::all_with(admin.clone(), &served.resource);
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        api.patch(&name, &PatchParams::apply("test-setup"), &Patch::Apply(object)).await?;
+    }
+    Ok(())
+}
+
+/// A ClusterRoleBinding of ClusterRole `role` to `deployer` in `namespace`.
+fn cluster_binding(namespace: &str, role: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+           "metadata": {"name": role},
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+           "subjects": [{"kind": "ServiceAccount", "name": DEPLOYER, "namespace": namespace}]})
 }
 
 fn merge(into: &mut Value, from: Value) {
@@ -672,27 +669,18 @@ async fn a_crd_and_its_custom_resource_sync_together() -> Result<()> {
     let ns = env.namespace.clone();
     let group = format!("{ns}.example.com");
     let admin = env.cluster.client();
-    let kinds = kuvryn_sync_apply::kinds::Kinds::default();
-    for (kind, object) in [
-        ("ClusterRole", json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": format!("{ns}-crds")},
-            "rules": [{"apiGroups": ["apiextensions.k8s.io"],
-                       "resources": ["customresourcedefinitions"], "verbs": ["*"]},
-                      {"apiGroups": [group], "resources": ["widgets"], "verbs": ["*"]}]})),
-        ("ClusterRoleBinding", json!({"apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding", "metadata": {"name": format!("{ns}-crds")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                        "name": format!("{ns}-crds")},
-            "subjects": [{"kind": "ServiceAccount", "name": DEPLOYER, "namespace": ns}]})),
-    ] {
-        let served = kinds
-            .resolve(&admin, "rbac.authorization.k8s.io/v1", kind)
-            .await?
-            .context("RBAC kinds are served")?;
-        let api: Api<kube::api::DynamicObject> = Api::all_with(admin.clone(), &served.resource);
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        api.patch(&name, &PatchParams::apply("test-setup"), &Patch::Apply(&object)).await?;
-    }
+    apply_cluster_rbac(
+        &admin,
+        &[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": format!("{ns}-crds")},
+                "rules": [{"apiGroups": ["apiextensions.k8s.io"],
+                           "resources": ["customresourcedefinitions"], "verbs": ["*"]},
+                          {"apiGroups": [group], "resources": ["widgets"], "verbs": ["*"]}]}),
+            cluster_binding(&ns, &format!("{ns}-crds")),
+        ],
+    )
+    .await?;
     let crd = json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": format!("widgets.{group}")},
@@ -717,12 +705,8 @@ async fn a_crd_and_its_custom_resource_sync_together() -> Result<()> {
         .await?;
     env.create_app("widgets", "apps/crd", json!({})).await?;
     env.wait_synced("widgets", &commit).await?;
-    let plan = env
-        .revision("widgets", &commit)
-        .await?
-        .status
-        .and_then(|s| s.plan)
-        .context("plan")?;
+    let plan =
+        env.revision("widgets", &commit).await?.status.and_then(|s| s.plan).context("plan")?;
     assert_eq!((plan.create, plan.update), (2, 0));
     let resource = kube::api::ApiResource {
         group: group.clone(),

@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::{Application, Repository, keys};
-use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, wait_for};
+use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, events_regarding, wait_for};
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon, HttpsGit, SshGit};
 use serde_json::json;
 
@@ -101,21 +100,7 @@ impl Env {
 
     /// The (type, reason, note) of the events.k8s.io/v1 Events regarding `name`.
     async fn events_for(&self, name: &str) -> Result<Vec<(String, String, String)>> {
-        let events: Api<Event> = Api::namespaced(self.cluster.client(), &self.namespace);
-        Ok(events
-            .list(&ListParams::default())
-            .await?
-            .items
-            .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-            .map(|e| {
-                (
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    e.note.unwrap_or_default(),
-                )
-            })
-            .collect())
+        events_regarding(&self.cluster.client(), &self.namespace, name).await
     }
 
     /// Wait until an Event of `type_`/`reason` regarding `name` exists; returns all of them.
