@@ -5,6 +5,9 @@
 //!
 //! | module | decides |
 //! |---|---|
+//! | [`kstatus`] | a live object's health by the Kubernetes status conventions (cli-utils kstatus) |
+//! | [`dependencies`] | whether `spec.dependsOn` holds an Application back, and dependency cycles |
+//! | [`history`] | which Revisions `spec.history.limit` deletes |
 //! | [`conditions`] | setting a condition without flapping `lastTransitionTime` |
 //! | [`redact`] | what is secret in any user-visible string, and masking it |
 //! | [`duration`] | the one duration grammar (`90s`, `5m`, `1h30m`, `500ms`) |
@@ -23,11 +26,14 @@
 pub mod application;
 pub mod conditions;
 pub mod credentials;
+pub mod dependencies;
 pub mod desired;
 pub mod discovery;
 pub mod duration;
 pub mod field_manager;
+pub mod history;
 pub mod inventory;
+pub mod kstatus;
 pub mod order;
 pub mod plan;
 pub mod prune;

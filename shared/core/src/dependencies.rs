@@ -1,0 +1,1 @@
+//! `spec.dependsOn`: which dependencies hold an Application back, and cycles. (Being written.)

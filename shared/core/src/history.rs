@@ -1,0 +1,1 @@
+//! `spec.history.limit`: which Revisions to delete. (Being written.)

@@ -1,0 +1,1 @@
+//! kstatus: the Kubernetes status conventions (cli-utils kstatus) as a pure function. (Being written.)
