@@ -37,8 +37,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
-    Application, ApplicationStatus, CONTROLLER_NAME, FailureReason, PlanAction, RenderType,
-    Repository, Revision, RevisionStatus,
+    Application, ApplicationStatus, CONTROLLER_NAME, FailureReason, HealthState, PlanAction,
+    RenderType, Repository, Revision, RevisionStatus,
 };
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
@@ -54,7 +54,8 @@ use kuvryn_sync_core::order::apply_groups;
 use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
-use kuvryn_sync_core::{field_manager, inventory};
+use kuvryn_sync_core::rollout::ObjectHealth;
+use kuvryn_sync_core::{field_manager, inventory, kstatus};
 use kuvryn_sync_render::yaml::{self, Limits};
 use kuvryn_sync_runtime::events;
 use kuvryn_sync_source::git::{CheckedOutTree, GitCache};
@@ -206,7 +207,8 @@ async fn reconcile(
     if let Some(status) = &decision.status {
         ctx.watches.ensure(&status.managed_kinds);
     }
-    Ok(Action::requeue(ctx.resync))
+    let next = decision.requeue_after.map_or(ctx.resync, |after| after.min(ctx.resync));
+    Ok(Action::requeue(next))
 }
 
 fn now() -> Time {
@@ -263,15 +265,18 @@ async fn observe(
     let manager = field_manager::for_application(namespace, &app.name_any());
     let engine = engine_for(app, &client, &manager, ctx);
     match plan_desired_state(app, namespace, &engine, &commit, &desired, ctx).await? {
-        Ok((plan, prune, unlisted, revision)) => Ok(Ok(Observation::Planned(Box::new(Planned {
-            service_account,
-            commit,
-            desired,
-            plan,
-            prune,
-            unlisted,
-            revision,
-        })))),
+        Ok((plan, prune, unlisted, revision, health)) => {
+            Ok(Ok(Observation::Planned(Box::new(Planned {
+                service_account,
+                commit,
+                desired,
+                plan,
+                prune,
+                unlisted,
+                revision,
+                health,
+            }))))
+        }
         Err(err) => Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
     }
 }
@@ -422,7 +427,7 @@ async fn render_and_validate(
         .map_err(|refusal| (FailureReason::ValidationFailure, refusal.to_string())))
 }
 
-type PlanParts = (Plan, PrunePlan, Vec<GroupKind>, Option<Revision>);
+type PlanParts = (Plan, PrunePlan, Vec<GroupKind>, Option<Revision>, Vec<ObjectHealth>);
 
 /// Step 4: live state, dry runs, prune selection, the plan, and the existing Revision.
 async fn plan_desired_state(
@@ -463,7 +468,31 @@ async fn plan_desired_state(
     let plan = plan(&desired.hash, &observations, &prune);
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     let existing = revisions.get_opt(&revision).await?;
-    Ok(Ok((plan, prune, unlisted.into_iter().collect(), existing)))
+    let health = health_of(&desired.objects, &found.live());
+    Ok(Ok((plan, prune, unlisted.into_iter().collect(), existing, health)))
+}
+
+/// The health of each desired object from its live state, by the Kubernetes status conventions;
+/// an object not created yet is Progressing.
+fn health_of(
+    objects: &[DesiredObject],
+    live: &std::collections::BTreeMap<ObjectKey, serde_json::Value>,
+) -> Vec<ObjectHealth> {
+    objects
+        .iter()
+        .map(|object| {
+            let (state, message) = match live.get(&object.key) {
+                Some(live) => kstatus::health(live),
+                None => (HealthState::Progressing, "not created yet".to_owned()),
+            };
+            ObjectHealth {
+                key: object.key.clone(),
+                api_version: object.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+                state,
+                message,
+            }
+        })
+        .collect()
 }
 
 /// The sync step: apply what the plan creates or updates, group by group (CRDs Established

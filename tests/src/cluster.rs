@@ -27,10 +27,21 @@ pub struct TestCluster {
 impl TestCluster {
     /// Start a sandbox (or connect to `KSYNC_E2E_KUBECONFIG`) and install the CRDs.
     pub async fn start() -> Result<Self> {
+        Self::start_with(SandboxOptions::default()).await
+    }
+
+    /// [`start`](Self::start) with workloads that run: the sandbox's simulated scheduler,
+    /// kubelet and workload controllers (`--simulate-workloads`); a real cluster runs them anyway.
+    pub async fn start_with_workloads() -> Result<Self> {
+        Self::start_with(SandboxOptions { simulate_workloads: true, ..SandboxOptions::default() })
+            .await
+    }
+
+    async fn start_with(options: SandboxOptions) -> Result<Self> {
         let (sandbox, kubeconfig) = match std::env::var_os(REAL_CLUSTER_ENV) {
             Some(path) => (None, PathBuf::from(path)),
             None => {
-                let sandbox = Sandbox::start(SandboxOptions::default()).await?;
+                let sandbox = Sandbox::start(options).await?;
                 let path = sandbox.kubeconfig_path().to_owned();
                 (Some(sandbox), path)
             }

@@ -1,5 +1,6 @@
 //! Shared helpers for the end-to-end tests.
 
+pub mod application;
 pub mod apply;
 pub mod cluster;
 pub mod helm;

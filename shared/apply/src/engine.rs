@@ -23,7 +23,8 @@ use kuvryn_sync_core::desired::{
     DesiredObject, GroupKind, ObjectKey, Scope, group_of, kinds_defined_by,
 };
 use kuvryn_sync_core::plan::{
-    FieldConflict, Found, Observation, parse_conflict_message, real_conflicts,
+    FieldConflict, Found, Observation, blocking_conflicts, imperative_managers,
+    parse_conflict_message, real_conflicts,
 };
 use kuvryn_sync_core::prune::ManagedObject;
 use serde_json::Value;
@@ -183,7 +184,7 @@ impl Engine<'_> {
             }
             Err(err) => return Err(err),
         };
-        let found = match self.dry_run(&api, object, &body).await? {
+        let found = match self.dry_run(&api, object, &body, listed).await? {
             DryRun::Conflicts(conflicts) => Found::Conflicts(conflicts),
             DryRun::Applied { result, adopted } => {
                 let live = match listed {
@@ -198,6 +199,16 @@ impl Engine<'_> {
             }
         };
         Ok(Observation { key: object.key.clone(), api_version, wave: object.wave, found })
+    }
+
+    /// [`imperative_managers`] of the live object.
+    async fn imperative_writers(
+        &self,
+        api: &Api<DynamicObject>,
+        key: &ObjectKey,
+    ) -> Result<std::collections::BTreeSet<String>, EngineError> {
+        let live = self.read_live(api, key).await?;
+        Ok(live.as_ref().map(imperative_managers).unwrap_or_default())
     }
 
     async fn read_live(
@@ -216,6 +227,7 @@ impl Engine<'_> {
         api: &Api<DynamicObject>,
         object: &DesiredObject,
         body: &Value,
+        listed: Option<&Value>,
     ) -> Result<DryRun, EngineError> {
         let plan_error = |message| EngineError::Plan { key: object.key.clone(), message };
         let params = PatchParams::apply(self.field_manager).dry_run();
@@ -223,12 +235,18 @@ impl Engine<'_> {
             Ok(result) => Ok((result, Vec::new())),
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 let conflicts = parse_conflict_message(&status.message);
-                let real = real_conflicts(&conflicts);
-                if !self.adopt && !real.is_empty() {
-                    return Ok(DryRun::Conflicts(conflicts));
+                let imperative = match listed {
+                    Some(live) => imperative_managers(live),
+                    None => self.imperative_writers(api, &object.key).await?,
+                };
+                let blocking = blocking_conflicts(&conflicts, &imperative);
+                if !self.adopt && !blocking.is_empty() {
+                    return Ok(DryRun::Conflicts(blocking));
                 }
+                let real = real_conflicts(&conflicts);
                 // Under adopt, or when every field is only migrated from before server-side
-                // apply or a client-side kubectl apply: take them over.
+                // apply or a client-side kubectl apply, or was edited imperatively (drift):
+                // take them over.
                 let forced = params.clone().force();
                 api.patch(&object.key.name, &forced, &Patch::Apply(body))
                     .await
@@ -272,13 +290,17 @@ impl Engine<'_> {
         let api_version = body["apiVersion"].as_str().unwrap_or_default().to_owned();
         let api = self.api_for(&object.key, &api_version).await?;
         let applied = match api.patch(&object.key.name, &params, &Patch::Apply(&body)).await {
-            // Fields held only by migrated managers are taken over, as the plan said.
-            Err(kube::Error::Api(status))
-                if status.code == 409
-                    && real_conflicts(&parse_conflict_message(&status.message)).is_empty() =>
-            {
-                let forced = params.clone().force();
-                api.patch(&object.key.name, &forced, &Patch::Apply(&body)).await
+            // Fields held only by migrated managers or imperative writers are taken over, as
+            // the plan said.
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let conflicts = parse_conflict_message(&status.message);
+                let imperative = self.imperative_writers(&api, &object.key).await?;
+                if blocking_conflicts(&conflicts, &imperative).is_empty() {
+                    let forced = params.clone().force();
+                    api.patch(&object.key.name, &forced, &Patch::Apply(&body)).await
+                } else {
+                    Err(kube::Error::Api(status))
+                }
             }
             other => other,
         };

@@ -26,14 +26,16 @@
 //! - Every message passes the reconcile's [`Redactor`] (the credential values it touched and the
 //!   desired Secrets' values) and the shape-based masks, and is truncated to [`MAX_MESSAGE`].
 
+use std::time::Duration;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube_core::Resource;
 use serde_json::Value;
 
 use kuvryn_sync_api::{
     Application, ApplicationStatus, ConditionReason, ConditionType, ConflictPolicy, EventReason,
-    Failure, FailureReason, LocalObjectReference, ResourceRef, Revision, RevisionPhase,
-    RevisionSource, RevisionSpec, RevisionStatus, SyncState, keys,
+    Failure, FailureReason, HealthState, LocalObjectReference, PlanAction, ResourceRef, Revision,
+    RevisionPhase, RevisionSource, RevisionSpec, RevisionStatus, SyncState, keys,
 };
 
 use crate::conditions::{self, NewCondition, Status};
@@ -42,6 +44,7 @@ use crate::inventory;
 use crate::plan::Plan;
 use crate::prune::{ManagedObject, PrunePlan};
 use crate::redact::{self, Redactor};
+use crate::rollout::{self, ObjectHealth, Verdict};
 
 /// Longest condition, failure or Event message we write.
 pub const MAX_MESSAGE: usize = 1024;
@@ -78,6 +81,9 @@ pub struct Planned {
     pub unlisted: Vec<GroupKind>,
     /// The Revision of this desired state, when it exists already.
     pub revision: Option<Revision>,
+    /// The health of each desired object, from its live state (objects not found yet are
+    /// Progressing).
+    pub health: Vec<ObjectHealth>,
 }
 
 /// The step the controller performs after writing the decided objects.
@@ -99,6 +105,9 @@ pub struct Decision {
     pub status: Option<ApplicationStatus>,
     pub events: Vec<(EventReason, String)>,
     pub step: Step,
+    /// Look again after this long even without a trigger (an attempt still Progressing, a retry
+    /// waiting for its backoff).
+    pub requeue_after: Option<Duration>,
 }
 
 /// How a sync step went.
@@ -190,26 +199,38 @@ fn decide_planned(
     status.service_account_name = Some(planned.service_account.clone());
     status.desired_revision = Some(planned.commit.clone());
     let existing = planned.revision.as_ref();
-    let phase = existing.and_then(|r| r.status.as_ref()).and_then(|s| s.phase);
-    let has_changes =
-        planned.plan.changes.iter().any(|c| c.action != kuvryn_sync_api::PlanAction::Unchanged);
-    let applied = matches!(phase, Some(RevisionPhase::Observing | RevisionPhase::Healthy));
+    let existing_status = existing.and_then(|r| r.status.as_ref());
+    let phase = existing_status.and_then(|s| s.phase);
+    let has_changes = planned.plan.changes.iter().any(|c| c.action != PlanAction::Unchanged);
     let mut events = Vec::new();
 
-    if applied && !has_changes {
-        set_sync(&mut status, SyncState::Synced, now);
-        set_deployed(&mut status, &planned.commit);
-        return finish(current, status, None, events, Step::Report);
-    }
-    if applied && !app.spec.sync.self_heal {
-        set_sync(&mut status, SyncState::Drifted, now);
-        return finish(current, status, None, events, Step::Report);
-    }
-    if phase == Some(RevisionPhase::Failed) && !may_retry(app, existing) {
-        return finish(current.clone(), current, None, events, Step::Report);
+    match phase {
+        Some(RevisionPhase::Observing) if !has_changes => {
+            return observe_rollout(app, current, status, planned, now);
+        }
+        Some(RevisionPhase::Healthy) if !has_changes => {
+            return watch_finished(app, current, status, planned, now);
+        }
+        Some(RevisionPhase::Observing | RevisionPhase::Healthy) if !app.spec.sync.self_heal => {
+            // Drift: reported, not repaired.
+            set_sync(&mut status, SyncState::Drifted, now);
+            return finish(current, status, None, events, Step::Report);
+        }
+        Some(RevisionPhase::Failed) => match retry(app, existing_status, now) {
+            Retry::Now => {}
+            Retry::After(wait) => {
+                let mut decision = finish(current.clone(), current, None, events, Step::Report);
+                decision.requeue_after = Some(wait);
+                return decision;
+            }
+            Retry::Blocked => return retry_blocked(app, current, existing_status, now),
+            Retry::Never => return finish(current.clone(), current, None, events, Step::Report),
+        },
+        _ => {}
     }
 
     let mut revision = revision_for(app, planned, existing);
+    let name = revision.metadata.name.clone().unwrap_or_default();
     let revision_status = revision.status.get_or_insert_with(Default::default);
     revision_status.plan = Some(planned.plan.summary());
     revision_status.observed_generation = revision.metadata.generation;
@@ -218,11 +239,7 @@ fn decide_planned(
     if existing.is_none() {
         events.push((
             EventReason::PlanCreated,
-            format!(
-                "Revision {} planned: {}",
-                revision.metadata.name.clone().unwrap_or_default(),
-                counts(&planned.plan)
-            ),
+            format!("Revision {name} planned: {}", counts(&planned.plan)),
         ));
     }
 
@@ -242,38 +259,51 @@ fn decide_planned(
         );
         set_sync(&mut status, SyncState::OutOfSync, now);
         events.extend(fail_ready(&mut status, app, FailureReason::ConflictFailure, &message, now));
-        return finish(current, status, Some(revision), events, Step::Report);
+        let mut decision = finish(current, status, Some(revision), events, Step::Report);
+        decision.requeue_after = Some(rollout::backoff(1));
+        return decision;
     }
 
     if !app.spec.sync.automatic {
-        let revision_status = revision.status.get_or_insert_with(Default::default);
-        revision_status.phase = Some(RevisionPhase::AwaitingApproval);
-        if phase != Some(RevisionPhase::AwaitingApproval) {
-            events.push((
-                EventReason::ApprovalRequired,
-                format!(
-                    "Revision {} waits for approval: {}",
-                    revision.metadata.name.clone().unwrap_or_default(),
-                    counts(&planned.plan)
-                ),
-            ));
+        let recorded = existing_status.and_then(|s| s.approval.as_ref());
+        let digest = planned.plan.digest.as_str();
+        match rollout::approval(app, &name, digest, &planned.desired.hash, recorded, now) {
+            Verdict::Approved(record) => {
+                revision.status.get_or_insert_with(Default::default).approval = Some(record);
+            }
+            verdict => {
+                let revision_status = revision.status.get_or_insert_with(Default::default);
+                revision_status.phase = Some(RevisionPhase::AwaitingApproval);
+                if let Verdict::Stale { approved, current: digest } = verdict {
+                    events.push((
+                        EventReason::ApprovalStale,
+                        format!(
+                            "Revision {name} was approved with plan digest {approved}, but its                              plan is now {digest}; review it and approve again"
+                        ),
+                    ));
+                } else if phase != Some(RevisionPhase::AwaitingApproval) {
+                    events.push((
+                        EventReason::ApprovalRequired,
+                        format!(
+                            "Revision {name} waits for approval (plan digest {digest}): {}",
+                            counts(&planned.plan)
+                        ),
+                    ));
+                }
+                set_sync(&mut status, SyncState::AwaitingApproval, now);
+                return finish(current, status, Some(revision), events, Step::Report);
+            }
         }
-        set_sync(&mut status, SyncState::AwaitingApproval, now);
-        return finish(current, status, Some(revision), events, Step::Report);
     }
 
     let revision_status = revision.status.get_or_insert_with(Default::default);
     revision_status.phase = Some(RevisionPhase::Applying);
     revision_status.attempts += 1;
     revision_status.started_at = Some(now.clone());
+    set_rollout_condition(revision_status, revision.metadata.generation, false, now);
     events.push((
         EventReason::DeploymentStarted,
-        format!(
-            "applying Revision {} (commit {}): {}",
-            revision.metadata.name.clone().unwrap_or_default(),
-            planned.commit,
-            counts(&planned.plan)
-        ),
+        format!("applying Revision {name} (commit {}): {}", planned.commit, counts(&planned.plan)),
     ));
     if let Some(message) = planned.prune.skipped_message() {
         events.push((EventReason::PruneSkipped, clean(redactor, &message)));
@@ -297,7 +327,13 @@ fn decide_planned(
     set_sync(&mut status, SyncState::Applying, now);
     let step = Step::Sync { prune: planned.prune.delete.clone() };
     // The status always goes out before a sync: it carries the inventory.
-    Decision { revision: Some(revision), status: Some(status), events, step }
+    Decision {
+        revision: Some(revision),
+        status: Some(status),
+        events,
+        step,
+        requeue_after: Some(rollout::OBSERVE_EVERY),
+    }
 }
 
 /// The statuses after the sync step `decision` ran with `outcome`.
@@ -321,7 +357,7 @@ pub fn settle(
             let live: std::collections::BTreeSet<GroupKind> = live_kinds.iter().cloned().collect();
             status.managed_kinds =
                 inventory::kinds_after_sync(&status.managed_kinds, &planned.desired.objects, &live);
-            progressing_ready(&mut status, app, &planned.commit, now);
+            // Ready keeps its value while the rollout progresses; health decides it next.
         }
         SyncOutcome::Failed { reason, message, resource } => {
             let message = clean(redactor, message);
@@ -333,22 +369,262 @@ pub fn settle(
     Settled { revision, status, events: bounded(redactor, events) }
 }
 
-/// Whether a failed Revision gets another attempt: its failure is retryable and attempts are
-/// left, or the Application changed since it failed — Ready no longer reports that failure for
-/// the current generation (a later failure before the plan, such as a brief source outage, says
-/// nothing about the Revision, so it does not block a retry).
-fn may_retry(app: &Application, revision: Option<&Revision>) -> bool {
-    let Some(status) = revision.and_then(|r| r.status.as_ref()) else { return true };
-    let Some(failure) = status.failure.as_ref() else { return true };
-    if failure.retryable && status.attempts < app.spec.strategy.failure_policy.max_attempts {
-        return true;
+/// An applied attempt (`Observing`) with nothing left to apply: wait for its objects' health,
+/// then complete it (Healthy), or fail it (Degraded at once, still Progressing at the deadline).
+fn observe_rollout(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    planned: &Planned,
+    now: &Time,
+) -> Decision {
+    let Some(existing) = planned.revision.as_ref() else {
+        return finish(current, status, None, Vec::new(), Step::Report);
+    };
+    let mut revision = existing.clone();
+    let name = revision.metadata.name.clone().unwrap_or_default();
+    let generation = revision.metadata.generation;
+    let summary = rollout::summarise(&planned.health);
+    set_sync(&mut status, SyncState::Synced, now);
+    set_deployed(&mut status, &planned.commit);
+    set_health(&mut status, &summary, now);
+    let revision_status = revision.status.get_or_insert_with(Default::default);
+    revision_status.health = Some(summary.counts.clone());
+    let mut events = Vec::new();
+    let mut requeue_after = None;
+    if rollout::is_done(summary.state) {
+        revision_status.phase = Some(RevisionPhase::Healthy);
+        revision_status.completed_at = Some(now.clone());
+        revision_status.deployed_desired_state_hash = Some(planned.desired.hash.clone());
+        set_rollout_condition(revision_status, generation, true, now);
+        status.diagnosis.clear();
+        conditions::set(
+            &mut status.conditions,
+            NewCondition {
+                type_: ConditionType::Ready,
+                status: Status::True,
+                reason: ConditionReason::Healthy.as_str(),
+                message: format!("Revision {name} (commit {}) is Healthy", planned.commit),
+                observed_generation: app.metadata.generation,
+            },
+            now,
+        );
+        events.push((
+            EventReason::DeploymentHealthy,
+            format!("Revision {name}: every managed resource is Healthy"),
+        ));
+    } else if summary.state == HealthState::Degraded {
+        let message = unhealthy_message(&summary, "is Degraded");
+        let resource = summary.worst.as_ref().map(|w| w.key.clone());
+        fail_revision(
+            revision_status,
+            FailureReason::HealthFailure,
+            &message,
+            resource,
+            &planned.plan,
+            now,
+        );
+        events.extend(fail_ready(&mut status, app, FailureReason::HealthFailure, &message, now));
+        requeue_after = Some(rollout::backoff(revision_status.attempts));
+    } else {
+        let timeout = rollout::timeout(app);
+        let started = revision_status.started_at.clone().unwrap_or_else(|| now.clone());
+        let left = rollout::remaining(&started, timeout, now);
+        if left.is_zero() {
+            let message = unhealthy_message(
+                &summary,
+                &format!("is still {} after {timeout:?}", summary.state.as_str()),
+            );
+            let resource = summary.worst.as_ref().map(|w| w.key.clone());
+            fail_revision(
+                revision_status,
+                FailureReason::TimeoutFailure,
+                &message,
+                resource,
+                &planned.plan,
+                now,
+            );
+            events.extend(fail_ready(
+                &mut status,
+                app,
+                FailureReason::TimeoutFailure,
+                &message,
+                now,
+            ));
+            requeue_after = Some(rollout::backoff(revision_status.attempts));
+        } else {
+            requeue_after = Some(left.min(rollout::OBSERVE_EVERY));
+        }
     }
+    let changed =
+        planned.revision.as_ref().and_then(|r| r.status.as_ref()) != revision.status.as_ref();
+    let revision = changed.then_some(revision);
+    let mut decision = finish(current, status, revision, events, Step::Report);
+    decision.requeue_after = requeue_after;
+    decision
+}
+
+/// A finished (Healthy) rollout with nothing to apply: Ready follows its resources' health —
+/// Degraded or Progressing while they are not Healthy (`HealthDegraded` on the change), True
+/// again once they are.
+fn watch_finished(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    planned: &Planned,
+    now: &Time,
+) -> Decision {
+    let summary = rollout::summarise(&planned.health);
+    set_sync(&mut status, SyncState::Synced, now);
+    set_deployed(&mut status, &planned.commit);
+    set_health(&mut status, &summary, now);
+    let mut events = Vec::new();
+    let (condition_status, reason, message) = if rollout::is_done(summary.state) {
+        (Status::True, ConditionReason::Healthy, format!("commit {} is Healthy", planned.commit))
+    } else if summary.state == HealthState::Degraded {
+        (Status::False, ConditionReason::Degraded, unhealthy_message(&summary, "is Degraded"))
+    } else {
+        let state = summary.state.as_str();
+        (
+            Status::False,
+            ConditionReason::Progressing,
+            unhealthy_message(&summary, &format!("is {state}")),
+        )
+    };
+    let was_true = conditions::get(&status.conditions, ConditionType::Ready)
+        .is_some_and(|c| c.status == "True");
+    conditions::set(
+        &mut status.conditions,
+        NewCondition {
+            type_: ConditionType::Ready,
+            status: condition_status,
+            reason: reason.as_str(),
+            message: message.clone(),
+            observed_generation: app.metadata.generation,
+        },
+        now,
+    );
+    if was_true && condition_status == Status::False {
+        events.push((EventReason::HealthDegraded, message));
+    }
+    let mut decision = finish(current, status, None, events, Step::Report);
+    if !rollout::is_done(summary.state) {
+        decision.requeue_after = Some(rollout::OBSERVE_EVERY);
+    }
+    decision
+}
+
+/// What a failed Revision's next step is.
+enum Retry {
+    Now,
+    After(Duration),
+    /// Retries are used up: report `RetryBlocked`.
+    Blocked,
+    /// Nothing to do until something changes.
+    Never,
+}
+
+/// Retries: while a retryable failure has attempts left, after a backoff; once the Application's
+/// spec changes (Ready no longer reports that failure at the current generation), at once.
+fn retry(app: &Application, revision: Option<&RevisionStatus>, now: &Time) -> Retry {
+    let Some(status) = revision else { return Retry::Now };
+    let Some(failure) = status.failure.as_ref() else { return Retry::Now };
     let ready =
         app.status.as_ref().and_then(|s| conditions::get(&s.conditions, ConditionType::Ready));
-    let reports_this_failure = ready.is_some_and(|c| {
-        c.observed_generation == app.metadata.generation && c.reason == failure.reason.as_str()
+    let reported = ready.is_some_and(|c| {
+        c.observed_generation == app.metadata.generation
+            && (c.reason == failure.reason.as_str()
+                || c.reason == FailureReason::RetryBlocked.as_str())
     });
-    !reports_this_failure
+    if !reported {
+        return Retry::Now;
+    }
+    if !failure.retryable {
+        return Retry::Never;
+    }
+    let completed = status.completed_at.clone().unwrap_or_else(|| now.clone());
+    let wait = rollout::remaining(&completed, rollout::backoff(status.attempts), now);
+    if status.attempts >= app.spec.strategy.failure_policy.max_attempts {
+        let blocked = ready.is_some_and(|c| c.reason == FailureReason::RetryBlocked.as_str());
+        return match (blocked, wait.is_zero()) {
+            (true, _) => Retry::Never,
+            (false, true) => Retry::Blocked,
+            (false, false) => Retry::After(wait),
+        };
+    }
+    if wait.is_zero() { Retry::Now } else { Retry::After(wait) }
+}
+
+/// `Ready=False/RetryBlocked`, keeping the last failure's message.
+fn retry_blocked(
+    app: &Application,
+    current: ApplicationStatus,
+    revision: Option<&RevisionStatus>,
+    now: &Time,
+) -> Decision {
+    let mut status = current.clone();
+    status.observed_generation = app.metadata.generation;
+    let attempts = revision.map_or(0, |r| r.attempts);
+    let last = revision
+        .and_then(|r| r.failure.as_ref())
+        .map(|f| format!("{}: {}", f.reason.as_str(), f.message))
+        .unwrap_or_default();
+    let message = redact::truncate(
+        &format!(
+            "retries stopped after {attempts} attempt(s) (spec.strategy.failurePolicy.maxAttempts);              last failure: {last}"
+        ),
+        MAX_MESSAGE,
+    );
+    let events = fail_ready(&mut status, app, FailureReason::RetryBlocked, &message, now);
+    finish(current, status, None, events, Step::Report)
+}
+
+/// A message naming the worst object and what is wrong with it.
+fn unhealthy_message(summary: &rollout::HealthSummary, what: &str) -> String {
+    let counts = &summary.counts;
+    let tally = format!(
+        "{} healthy, {} progressing, {} degraded, {} unknown",
+        counts.healthy, counts.progressing, counts.degraded, counts.unknown
+    );
+    match &summary.worst {
+        Some(worst) => format!("{} {what}: {} ({tally})", worst.key, worst.message),
+        None => tally,
+    }
+}
+
+fn set_health(status: &mut ApplicationStatus, summary: &rollout::HealthSummary, now: &Time) {
+    status.resources = summary.counts.clone();
+    status.state = summary.state;
+    if status.health.state != summary.state {
+        status.health.state = summary.state;
+        status.health.last_transition_time = Some(now.clone());
+    }
+}
+
+/// The Revision's `RolloutComplete` condition: False/RollingOut while applying, True once
+/// every group is Healthy.
+fn set_rollout_condition(
+    revision: &mut RevisionStatus,
+    generation: Option<i64>,
+    complete: bool,
+    now: &Time,
+) {
+    let (status, reason, message) = if complete {
+        (Status::True, ConditionReason::RolloutSucceeded, "every group is applied and Healthy")
+    } else {
+        (Status::False, ConditionReason::RollingOut, "applying the Revision's groups")
+    };
+    conditions::set(
+        &mut revision.conditions,
+        NewCondition {
+            type_: ConditionType::RolloutComplete,
+            status,
+            reason: reason.as_str(),
+            message: message.to_owned(),
+            observed_generation: generation,
+        },
+        now,
+    );
 }
 
 /// The Revision of `planned`: the existing one, or a new one owned by `app`.
@@ -439,30 +715,6 @@ fn fail_ready(
     if changed { vec![(EventReason::Failure(reason), message.to_owned())] } else { Vec::new() }
 }
 
-/// After a successful apply, before health is known: Ready stays True when it was, and is
-/// otherwise `Progressing` (False after a failure, Unknown when there was none yet).
-fn progressing_ready(status: &mut ApplicationStatus, app: &Application, commit: &str, now: &Time) {
-    let ready = conditions::get(&status.conditions, ConditionType::Ready);
-    let condition_status = match ready.map(|c| c.status.as_str()) {
-        Some("True") => return,
-        Some("False") => Status::False,
-        _ => Status::Unknown,
-    };
-    conditions::set(
-        &mut status.conditions,
-        NewCondition {
-            type_: ConditionType::Ready,
-            status: condition_status,
-            reason: ConditionReason::Progressing.as_str(),
-            message: format!(
-                "commit {commit} applied; waiting for its resources to become Healthy"
-            ),
-            observed_generation: app.metadata.generation,
-        },
-        now,
-    );
-}
-
 fn set_sync(status: &mut ApplicationStatus, state: SyncState, now: &Time) {
     if status.sync.state != state {
         status.sync.state = state;
@@ -482,7 +734,13 @@ fn finish(
     events: Vec<(EventReason, String)>,
     step: Step,
 ) -> Decision {
-    Decision { revision, status: (status != current).then_some(status), events, step }
+    Decision {
+        revision,
+        status: (status != current).then_some(status),
+        events,
+        step,
+        requeue_after: None,
+    }
 }
 
 fn counts(plan: &Plan) -> String {

@@ -21,6 +21,7 @@
 //! | [`inventory`] | `status.managedKinds` before and after a sync, and the identity a sync acts as |
 //! | [`field_manager`] | an Application's server-side apply field manager |
 //! | [`repository`] | a Repository reconcile's status, Events and writes |
+//! | [`rollout`] | an attempt's health, its deadline, the backoff between attempts, approvals |
 //! | [`application`] | an Application sync: its Revision, status, Events and step |
 
 pub mod application;
@@ -39,4 +40,5 @@ pub mod plan;
 pub mod prune;
 pub mod redact;
 pub mod repository;
+pub mod rollout;
 pub mod url;

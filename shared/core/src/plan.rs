@@ -6,7 +6,8 @@
 //! `Update` with the paths of the fields that change, `Unchanged` otherwise. Prune adds `Delete`
 //! for what it removes and `Unchanged` with a warning for what it keeps. Conflicts with other
 //! field managers are listed per field; fields held only by `before-first-apply` (what a
-//! client-side `kubectl apply` or a create left behind) are never conflicts.
+//! client-side `kubectl apply` or a create left behind), or by managers that only ever updated
+//! the object imperatively (drift, [`imperative_managers`]), are never conflicts.
 //!
 //! The plan never holds a value, only field paths: nothing in it can leak a Secret. Its digest is
 //! `sha256:` and the hex digest of the desired-state hash and the full plan's canonical JSON, so
@@ -120,6 +121,35 @@ pub fn real_conflicts(conflicts: &[FieldConflict]) -> Vec<FieldConflict> {
     real.sort();
     real.dedup();
     real
+}
+
+/// Managers that wrote `live` only imperatively: every managedFields entry of theirs has
+/// operation `Update` (`kubectl edit`, `kubectl patch`, `kubectl create`, a controller's update).
+/// Their fields are drift, not ownership claims: a sync takes them back without counting a
+/// conflict. Only other appliers (operation `Apply`, such as another Application) conflict.
+pub fn imperative_managers(live: &Value) -> BTreeSet<String> {
+    let entries = live["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+    let appliers: BTreeSet<&str> = entries
+        .iter()
+        .filter(|e| e["operation"] == "Apply")
+        .filter_map(|e| e["manager"].as_str())
+        .collect();
+    entries
+        .iter()
+        .filter(|e| e["operation"] == "Update")
+        .filter_map(|e| e["manager"].as_str())
+        .filter(|m| !appliers.contains(m))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The conflicts that stop an apply without force: [`real_conflicts`] held by managers not in
+/// `imperative` ([`imperative_managers`]).
+pub fn blocking_conflicts(
+    conflicts: &[FieldConflict],
+    imperative: &BTreeSet<String>,
+) -> Vec<FieldConflict> {
+    real_conflicts(conflicts).into_iter().filter(|c| !imperative.contains(&c.manager)).collect()
 }
 
 /// The conflicts in the message of a server-side apply refused with 409 Conflict: one line
@@ -475,5 +505,33 @@ mod tests {
         assert_eq!(summary.create, 150);
         assert_eq!(summary.changes.len(), MAX_SUMMARY_CHANGES);
         assert!(summary.truncated);
+    }
+
+    #[test]
+    fn imperative_writers_are_drift_and_appliers_conflict() {
+        let live = json!({"metadata": {"managedFields": [
+            {"manager": "kuvryn-sync/team/a", "operation": "Apply"},
+            {"manager": "kubectl-edit", "operation": "Update"},
+            {"manager": "hpa-controller", "operation": "Update"},
+            {"manager": "mixed", "operation": "Update"},
+            {"manager": "mixed", "operation": "Apply", "subresource": "status"},
+        ]}});
+        let imperative = imperative_managers(&live);
+        assert_eq!(imperative, ["hpa-controller", "kubectl-edit"].map(String::from).into());
+        assert!(imperative_managers(&json!({})).is_empty());
+        let conflict = |field: &str, manager: &str| FieldConflict {
+            field: field.into(),
+            manager: manager.into(),
+        };
+        let conflicts = vec![
+            conflict(".data.a", "kubectl-edit"),
+            conflict(".data.b", "kuvryn-sync/team/a"),
+            conflict(".data.c", "before-first-apply"),
+            conflict(".data.d", "mixed"),
+        ];
+        assert_eq!(
+            blocking_conflicts(&conflicts, &imperative),
+            vec![conflict(".data.b", "kuvryn-sync/team/a"), conflict(".data.d", "mixed")]
+        );
     }
 }

@@ -1,0 +1,302 @@
+//! The environment of the Application end-to-end tests: a namespace with service account
+//! `deployer`, a Git repository served by git daemon, a Repository for it, and the controller
+//! binary with its output in a log file; helpers to push commits and wait on Applications.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kuvryn_sync_api::{Application, Repository, Revision, keys};
+use serde_json::{Value, json};
+
+use crate::apply::{DEPLOYER, grant_deployer};
+use crate::cluster::{ControllerProcess, TestCluster, events_regarding, wait_for};
+use crate::servers::{BareRepo, GitDaemon};
+
+/// How long a test waits for the controller to get somewhere.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+/// The exit code of the controller at a test fault point (`controller/src/fault.rs`).
+pub const FAULT_EXIT_CODE: i32 = 86;
+
+/// A test namespace with a Git repository, a Repository for it and a controller.
+pub struct Env {
+    pub cluster: TestCluster,
+    pub controller: Option<ControllerProcess>,
+    pub namespace: String,
+    pub repo: BareRepo,
+    _daemon: GitDaemon,
+    _root: tempfile::TempDir,
+    logs: tempfile::TempDir,
+}
+
+/// A namespace with service account `deployer` (rights on the kinds the tests use, and on
+/// Namespaces cluster-wide), a Git repository served by git daemon, a Repository for it, and —
+/// unless `start` is false — a controller whose output goes to a log file.
+pub async fn env(prefix: &str, start: bool) -> Result<Env> {
+    env_on(TestCluster::start().await?, prefix, start).await
+}
+
+/// [`env`] on a cluster whose workloads run (`TestCluster::start_with_workloads`).
+pub async fn env_with_workloads(prefix: &str, start: bool) -> Result<Env> {
+    env_on(TestCluster::start_with_workloads().await?, prefix, start).await
+}
+
+async fn env_on(cluster: TestCluster, prefix: &str, start: bool) -> Result<Env> {
+    let namespace = cluster.namespace(prefix).await?;
+    let admin = cluster.client();
+    grant_deployer(
+        &admin,
+        &namespace,
+        &["configmaps", "secrets", "services", "persistentvolumeclaims", "serviceaccounts"],
+    )
+    .await?;
+    apply_cluster_rbac(
+        &admin,
+        &[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": format!("{namespace}-namespaces")},
+                   "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["*"]}]}),
+            cluster_binding(&namespace, &format!("{namespace}-namespaces")),
+        ],
+    )
+    .await?;
+    let root = tempfile::tempdir()?;
+    let repo = BareRepo::create(root.path(), "apps")?;
+    let daemon = GitDaemon::start(root.path())?;
+    let repository: Repository = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+        "metadata": {"name": "apps"},
+        "spec": {"type": "git", "git": {"url": daemon.url(&repo.name), "revision": "main"}},
+    }))?;
+    Api::<Repository>::namespaced(admin, &namespace)
+        .create(&PostParams::default(), &repository)
+        .await?;
+    let mut env = Env {
+        cluster,
+        controller: None,
+        namespace,
+        repo,
+        _daemon: daemon,
+        _root: root,
+        logs: tempfile::tempdir()?,
+    };
+    if start {
+        env.start_controller(&[])?;
+    }
+    Ok(env)
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env").field("namespace", &self.namespace).finish_non_exhaustive()
+    }
+}
+
+impl Env {
+    pub fn log_path(&self) -> PathBuf {
+        self.logs.path().join("controller.log")
+    }
+
+    pub fn start_controller(&mut self, env: &[(&str, &str)]) -> Result<()> {
+        // A long poll interval: every new commit in these tests is announced by the annotation.
+        let args = ["--default-poll-interval", "1h"];
+        let log = self.log_path();
+        self.controller = Some(ControllerProcess::start_logged(&self.cluster, &args, env, &log)?);
+        Ok(())
+    }
+
+    pub fn controller_log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + for<'de> k8s_openapi::serde::Deserialize<'de>
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        Api::namespaced(self.cluster.client(), &self.namespace)
+    }
+
+    /// Commit `files` and have the Repository fetch the new commit at once.
+    pub async fn push(&self, files: &[(&str, String)], message: &str) -> Result<String> {
+        let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+        let commit = self.repo.commit(&files, message)?;
+        self.announce().await?;
+        Ok(commit)
+    }
+
+    /// Delete `paths` in a commit and have the Repository fetch it at once.
+    pub async fn push_removal(&self, paths: &[&str], message: &str) -> Result<String> {
+        let commit = self.repo.remove(paths, message)?;
+        self.announce().await?;
+        Ok(commit)
+    }
+
+    pub async fn announce(&self) -> Result<()> {
+        let now = format!("{:?}", std::time::SystemTime::now());
+        let patch = json!({"metadata": {"annotations": {keys::RECONCILE_REQUESTED_AT: now}}});
+        self.api::<Repository>()
+            .patch("apps", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Create Application `name` deploying `path` into the test namespace as `deployer`,
+    /// automatic with prune; `overrides` is merged into the spec.
+    pub async fn create_app(&self, name: &str, path: &str, overrides: Value) -> Result<()> {
+        let mut spec = json!({
+            "serviceAccountName": DEPLOYER,
+            "source": {"repositoryRef": {"name": "apps"}, "path": path, "render": {"type": "yaml"}},
+            "destination": {"namespace": self.namespace},
+            "sync": {"automatic": true, "prune": true},
+        });
+        merge(&mut spec, overrides);
+        let app: Application = serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name}, "spec": spec,
+        }))?;
+        self.api::<Application>().create(&PostParams::default(), &app).await?;
+        Ok(())
+    }
+
+    pub async fn wait_app(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&Application) -> bool,
+    ) -> Result<Application> {
+        let api = self.api::<Application>();
+        wait_for(&format!("Application {name}: {what}"), DEADLINE, || async {
+            let app = api.get(name).await?;
+            let observed = format!("status {}", serde_json::to_string(&app.status)?);
+            Ok((done(&app).then_some(app), observed))
+        })
+        .await
+        .with_context(|| format!("controller log, last lines:\n{}", self.log_tail(40)))
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.controller_log();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Wait until `name` is Synced at `commit`.
+    pub async fn wait_synced(&self, name: &str, commit: &str) -> Result<Application> {
+        self.wait_app(name, &format!("Synced at {commit}"), |app| {
+            app.status.as_ref().is_some_and(|s| {
+                s.deployed_revision.as_deref() == Some(commit)
+                    && s.sync.state == kuvryn_sync_api::SyncState::Synced
+            })
+        })
+        .await
+    }
+
+    /// Wait until `name`'s Ready condition is False with `reason`; returns its message.
+    pub async fn wait_failed(&self, name: &str, reason: &str) -> Result<String> {
+        let app = self
+            .wait_app(name, &format!("Ready=False/{reason}"), |app| {
+                ready(app).is_some_and(|(status, r, _)| status == "False" && r == reason)
+            })
+            .await?;
+        Ok(ready(&app).map(|(_, _, message)| message).unwrap_or_default())
+    }
+
+    /// The Revision of Application `name` at `commit`.
+    pub async fn revision(&self, name: &str, commit: &str) -> Result<Revision> {
+        let selector = format!("{}={name}", keys::APPLICATION);
+        let revisions =
+            self.api::<Revision>().list(&ListParams::default().labels(&selector)).await?;
+        revisions
+            .items
+            .into_iter()
+            .find(|r| r.spec.source.revision == commit)
+            .with_context(|| format!("no Revision of {name} at {commit}"))
+    }
+
+    /// The (type, reason, note) of the Events regarding `name`.
+    pub async fn events_for(&self, name: &str) -> Result<Vec<(String, String, String)>> {
+        events_regarding(&self.cluster.client(), &self.namespace, name).await
+    }
+
+    pub async fn wait_event(
+        &self,
+        name: &str,
+        reason: &str,
+    ) -> Result<Vec<(String, String, String)>> {
+        wait_for(&format!("Event {reason} on {name}"), DEADLINE, || async {
+            let events = self.events_for(name).await?;
+            let found = events.iter().any(|(_, r, _)| r == reason);
+            let observed = format!("{events:?}");
+            Ok((found.then_some(events), observed))
+        })
+        .await
+    }
+}
+
+/// Server-side apply cluster-scoped RBAC objects as the admin.
+pub async fn apply_cluster_rbac(admin: &kube::Client, objects: &[Value]) -> Result<()> {
+    let kinds = kuvryn_sync_apply::kinds::Kinds::default();
+    for object in objects {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let served = kinds
+            .resolve(admin, "rbac.authorization.k8s.io/v1", kind)
+            .await?
+            .context("RBAC kinds are served")?;
+        let api: Api<kube::api::DynamicObject> = Api::all_with(admin.clone(), &served.resource);
+        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        api.patch(&name, &PatchParams::apply("test-setup"), &Patch::Apply(object)).await?;
+    }
+    Ok(())
+}
+
+/// A ClusterRoleBinding of ClusterRole `role` to `deployer` in `namespace`.
+pub fn cluster_binding(namespace: &str, role: &str) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+           "metadata": {"name": role},
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+           "subjects": [{"kind": "ServiceAccount", "name": DEPLOYER, "namespace": namespace}]})
+}
+
+pub fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(into), Value::Object(from)) => {
+            for (key, value) in from {
+                merge(into.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (into, from) => *into = from,
+    }
+}
+
+/// The Ready condition's (status, reason, message).
+pub fn ready(app: &Application) -> Option<(String, String, String)> {
+    app.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+pub fn config_map(name: &str, value: &str, annotations: Value) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "annotations": annotations},
+        "data": {"value": value},
+    }))
+    .expect("json")
+}
+
+/// The managers of `object`'s fields.
+pub fn managers(object: &impl kube::Resource) -> Vec<String> {
+    object.meta().managed_fields.iter().flatten().filter_map(|m| m.manager.clone()).collect()
+}
+
+pub fn revision_annotation(object: &impl kube::Resource) -> Option<String> {
+    object.meta().annotations.as_ref()?.get(keys::REVISION).cloned()
+}
