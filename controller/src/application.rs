@@ -172,6 +172,8 @@ async fn reconcile(
         return Ok(Action::await_change());
     }
     if app.spec.suspend {
+        tracing::info!(application = %app.name_any(), %namespace,
+            "suspended: nothing is applied, pruned or repaired");
         write_suspended(&app, &namespace, &ctx).await?;
         return Ok(Action::requeue(ctx.resync));
     }

@@ -121,6 +121,47 @@ impl Env {
         Api::namespaced(self.cluster.client(), &self.namespace)
     }
 
+    /// Also allow `deployer` every verb on `resources` of API group `group` in the namespace.
+    pub async fn grant(&self, group: &str, resources: &[&str]) -> Result<()> {
+        let name = format!("{DEPLOYER}-{}", if group.is_empty() { "core" } else { group });
+        let kinds = kuvryn_sync_apply::kinds::Kinds::default();
+        for object in [
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                   "metadata": {"name": name},
+                   "rules": [{"apiGroups": [group], "resources": resources, "verbs": ["*"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                   "metadata": {"name": name},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                   "subjects": [{"kind": "ServiceAccount", "name": DEPLOYER,
+                                 "namespace": self.namespace}]}),
+        ] {
+            crate::apply::apply_raw(
+                &self.cluster.client(),
+                &kinds,
+                &self.namespace,
+                &object,
+                "test-setup",
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Wait until `name`'s Ready condition has `status` and `reason`; returns its message.
+    pub async fn wait_ready(&self, name: &str, status: &str, reason: &str) -> Result<String> {
+        let app = self
+            .wait_app(name, &format!("Ready={status}/{reason}"), |app| {
+                ready(app).is_some_and(|(s, r, _)| s == status && r == reason)
+            })
+            .await?;
+        Ok(ready(&app).map(|(_, _, message)| message).unwrap_or_default())
+    }
+
+    /// How many lines of the controller's log contain `text`.
+    pub fn log_count(&self, text: &str) -> usize {
+        self.controller_log().lines().filter(|line| line.contains(text)).count()
+    }
+
     /// Commit `files` and have the Repository fetch the new commit at once.
     pub async fn push(&self, files: &[(&str, String)], message: &str) -> Result<String> {
         let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();

@@ -1,0 +1,291 @@
+//! The rollout lifecycle end to end, on a cluster whose workloads run (the sandbox with
+//! `--simulate-workloads`, or a real cluster through KSYNC_E2E_KUBECONFIG), with a real Git
+//! server and the real controller: health observed after the apply, `kubectl wait` on Ready,
+//! HealthFailure and TimeoutFailure, retries ending in RetryBlocked, manual approval with a stale
+//! digest, self-heal of an imperative edit (and drift only reported without it), and suspend.
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kuvryn_sync_api::{Application, FailureReason, HealthState, RevisionPhase, SyncState, keys};
+use kuvryn_sync_tests::application::{Env, config_map, env_with_workloads};
+use serde_json::{Value, json};
+
+fn deployment(name: &str, image: &str, extra: Value) -> String {
+    let mut container = json!({"name": "app", "image": image});
+    if let (Some(c), Some(e)) = (container.as_object_mut(), extra["container"].as_object()) {
+        c.extend(e.clone());
+    }
+    let mut spec = json!({
+        "replicas": 1,
+        "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}},
+                     "spec": {"containers": [container]}},
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra["spec"].as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                                  "metadata": {"name": name}, "spec": spec}))
+    .expect("json")
+}
+
+async fn workloads_env(prefix: &str) -> Result<Env> {
+    let env = env_with_workloads(prefix, true).await?;
+    env.grant("apps", &["deployments"]).await?;
+    Ok(env)
+}
+
+/// A healthy rollout ends Ready=True/Healthy with its Revision Healthy, and `kubectl wait
+/// --for=condition=Ready` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_rollout_is_ready_and_kubectl_wait_returns() -> Result<()> {
+    let env = workloads_env("rollout-ok").await?;
+    let commit = env
+        .push(
+            &[
+                ("apps/web/deploy.yaml", deployment("web", "registry.example/web:1", json!({}))),
+                ("apps/web/settings.yaml", config_map("settings", "1", json!({}))),
+            ],
+            "a Deployment",
+        )
+        .await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    let wait = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig())
+        .args(["wait", "--for=condition=Ready", "application/web", "--timeout=60s", "-n"])
+        .arg(&env.namespace)
+        .output()
+        .await?;
+    ensure!(
+        wait.status.success(),
+        "kubectl wait: {}{}",
+        String::from_utf8_lossy(&wait.stdout),
+        String::from_utf8_lossy(&wait.stderr)
+    );
+    let message = env.wait_ready("web", "True", "Healthy").await?;
+    assert!(message.contains(&commit), "{message}");
+    let app = env.api::<Application>().get("web").await?;
+    let status = app.status.context("status")?;
+    assert_eq!(status.health.state, HealthState::Healthy);
+    assert_eq!(status.state, HealthState::Healthy);
+    assert_eq!(status.sync.state, SyncState::Synced);
+    assert_eq!(status.resources.healthy, 2);
+    let revision = env.revision("web", &commit).await?;
+    let revision_status = revision.status.context("revision status")?;
+    assert_eq!(revision_status.phase, Some(RevisionPhase::Healthy));
+    assert_eq!(
+        revision_status.deployed_desired_state_hash.as_deref(),
+        Some(revision.spec.desired_state_hash.as_str())
+    );
+    assert!(revision_status.completed_at.is_some());
+    let complete = revision_status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "RolloutComplete")
+        .context("RolloutComplete")?;
+    assert_eq!((complete.status.as_str(), complete.reason.as_str()), ("True", "RolloutSucceeded"));
+    env.wait_event("web", "DeploymentHealthy").await?;
+    Ok(())
+}
+
+/// An image that cannot be pulled fails with HealthFailure once the Deployment is Degraded; a
+/// Deployment that never becomes ready fails with TimeoutFailure, is retried, and with
+/// `maxAttempts: 2` ends in RetryBlocked keeping the last failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhealthy_rollouts_fail_retry_and_block() -> Result<()> {
+    let env = workloads_env("rollout-bad").await?;
+    let unready = json!({
+        "container": {
+            "env": [{"name": "KSYNC_SIMULATE", "value": "unready"}],
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}},
+        },
+    });
+    let commit = env
+        .push(
+            &[
+                (
+                    "apps/broken/deploy.yaml",
+                    deployment(
+                        "broken",
+                        "unreachable.invalid/app:1",
+                        json!({"spec": {"progressDeadlineSeconds": 2}}),
+                    ),
+                ),
+                ("apps/slow/deploy.yaml", deployment("slow", "registry.example/slow:1", unready)),
+            ],
+            "two unhealthy Deployments",
+        )
+        .await?;
+    env.create_app("broken", "apps/broken", json!({})).await?;
+    env.create_app(
+        "slow",
+        "apps/slow",
+        json!({"health": {"timeout": "2s"}, "strategy": {"failurePolicy": {"maxAttempts": 2}}}),
+    )
+    .await?;
+
+    let message = env.wait_ready("broken", "False", "HealthFailure").await?;
+    assert!(message.contains("Deployment") && message.contains("broken"), "{message}");
+    let failed = env.revision("broken", &commit).await?;
+    let failure = failed.status.and_then(|s| s.failure).context("failure")?;
+    assert_eq!(failure.reason, FailureReason::HealthFailure);
+    assert_eq!(failure.resource.map(|r| r.name).as_deref(), Some("broken"));
+
+    let message = env.wait_ready("slow", "False", "TimeoutFailure").await?;
+    assert!(message.contains("slow") && message.contains("Progressing"), "{message}");
+    let message = env.wait_ready("slow", "False", "RetryBlocked").await?;
+    assert!(message.contains("2 attempt") && message.contains("TimeoutFailure"), "{message}");
+    let blocked = env.revision("slow", &commit).await?;
+    assert_eq!(blocked.status.map(|s| s.attempts), Some(2));
+    env.wait_event("slow", "RetryBlocked").await?;
+    Ok(())
+}
+
+/// Manual sync: the plan waits; an approval with another digest is stale and waits again; the
+/// right digest applies and is recorded on the Revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_approval_applies_only_the_approved_plan() -> Result<()> {
+    let env = workloads_env("rollout-approve").await?;
+    let commit = env
+        .push(&[("apps/manual/cm.yaml", config_map("approved", "1", json!({})))], "manual")
+        .await?;
+    env.create_app("manual", "apps/manual", json!({"sync": {"automatic": false}})).await?;
+    env.wait_app("manual", "AwaitingApproval", |app| {
+        app.status.as_ref().is_some_and(|s| s.sync.state == SyncState::AwaitingApproval)
+    })
+    .await?;
+    let revision = env.revision("manual", &commit).await?;
+    let name = revision.metadata.name.clone().context("name")?;
+    let digest = revision.status.and_then(|s| s.plan).map(|p| p.digest).context("digest")?;
+    let approve = |digest: &str| {
+        json!({"metadata": {"annotations": {
+            keys::APPROVED_REVISION: name, keys::APPROVED_DIGEST: digest,
+            keys::APPROVED_BY: "alice", keys::APPROVED_AT: "2026-12-01T10:00:00Z"}}})
+    };
+    let apps = env.api::<Application>();
+    let stale = approve("sha256:0000");
+    apps.patch("manual", &PatchParams::default(), &Patch::Merge(&stale)).await?;
+    env.wait_event("manual", "ApprovalStale").await?;
+    let cms = env.api::<ConfigMap>();
+    assert!(cms.get_opt("approved").await?.is_none(), "a stale approval applied the plan");
+
+    apps.patch("manual", &PatchParams::default(), &Patch::Merge(&approve(&digest))).await?;
+    env.wait_ready("manual", "True", "Healthy").await?;
+    assert!(cms.get_opt("approved").await?.is_some());
+    let approval = env
+        .revision("manual", &commit)
+        .await?
+        .status
+        .and_then(|s| s.approval)
+        .context("approval")?;
+    assert_eq!(
+        (approval.approved_by.as_str(), approval.plan_digest.as_str()),
+        ("alice", digest.as_str())
+    );
+    Ok(())
+}
+
+/// A `kubectl patch` of a managed field is repaired within 5 seconds under selfHeal, and only
+/// reported (sync state Drifted) without it; a field we do not manage is not drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_heal_repairs_an_edit_and_drift_is_otherwise_reported() -> Result<()> {
+    let env = workloads_env("rollout-heal").await?;
+    env.push(
+        &[
+            ("apps/heal/cm.yaml", config_map("healed", "git", json!({}))),
+            ("apps/drift/cm.yaml", config_map("drifted", "git", json!({}))),
+        ],
+        "two ConfigMaps",
+    )
+    .await?;
+    env.create_app("heal", "apps/heal", json!({"sync": {"selfHeal": true}})).await?;
+    env.create_app("drift", "apps/drift", json!({})).await?;
+    env.wait_ready("heal", "True", "Healthy").await?;
+    env.wait_ready("drift", "True", "Healthy").await?;
+
+    let kubectl_patch = |name: &str, patch: Value| {
+        let kubeconfig = env.cluster.kubeconfig().to_owned();
+        let namespace = env.namespace.clone();
+        let name = name.to_owned();
+        async move {
+            let out = tokio::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .args(["patch", "configmap", &name, "--type", "merge", "-n", &namespace, "-p"])
+                .arg(patch.to_string())
+                .output()
+                .await?;
+            ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            Ok(())
+        }
+    };
+    // A label nobody declared is not drift.
+    kubectl_patch("drifted", json!({"metadata": {"labels": {"team": "ops"}}})).await?;
+    kubectl_patch("healed", json!({"data": {"value": "edited"}})).await?;
+    kubectl_patch("drifted", json!({"data": {"value": "edited"}})).await?;
+
+    let cms = env.api::<ConfigMap>();
+    let start = std::time::Instant::now();
+    kuvryn_sync_tests::cluster::wait_for(
+        "the edit is repaired",
+        std::time::Duration::from_secs(5),
+        || async {
+            let value = cms.get("healed").await?.data.unwrap_or_default().get("value").cloned();
+            Ok(((value.as_deref() == Some("git")).then_some(()), format!("value {value:?}")))
+        },
+    )
+    .await?;
+    println!("repaired in {:?}", start.elapsed());
+    env.wait_app("drift", "Drifted", |app| {
+        app.status.as_ref().is_some_and(|s| s.sync.state == SyncState::Drifted)
+    })
+    .await?;
+    let drifted = cms.get("drifted").await?;
+    assert_eq!(drifted.data.unwrap_or_default().get("value").map(String::as_str), Some("edited"));
+    let healed = env.api::<Application>().get("heal").await?;
+    assert_eq!(healed.status.map(|s| s.sync.state), Some(SyncState::Synced));
+    Ok(())
+}
+
+/// While suspended nothing is written to managed objects; once resumed the new commit applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_blocks_every_write_until_resumed() -> Result<()> {
+    let env = workloads_env("rollout-suspend").await?;
+    let first =
+        env.push(&[("apps/web/cm.yaml", config_map("held", "one", json!({})))], "one").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_synced("web", &first).await?;
+    let apps = env.api::<Application>();
+    let suspend = |on: bool| json!({"spec": {"suspend": on}});
+    apps.patch("web", &PatchParams::default(), &Patch::Merge(&suspend(true))).await?;
+    env.wait_app("web", "observedGeneration 2", |app| {
+        app.status.as_ref().and_then(|s| s.observed_generation) == Some(2)
+    })
+    .await?;
+    let seen = env.log_count("suspended: nothing is applied");
+    let second =
+        env.push(&[("apps/web/cm.yaml", config_map("held", "two", json!({})))], "two").await?;
+    // The new commit reaches the suspended Application, which writes nothing.
+    kuvryn_sync_tests::cluster::wait_for(
+        "a reconcile while suspended",
+        kuvryn_sync_tests::application::DEADLINE,
+        || async {
+            let now = env.log_count("suspended: nothing is applied");
+            Ok(((now > seen).then_some(()), format!("{now} suspended reconciles")))
+        },
+    )
+    .await?;
+    let cms = env.api::<ConfigMap>();
+    let held = cms.get("held").await?;
+    assert_eq!(held.data.unwrap_or_default().get("value").map(String::as_str), Some("one"));
+    let app = apps.get("web").await?;
+    assert_eq!(app.status.and_then(|s| s.deployed_revision).as_deref(), Some(first.as_str()));
+
+    apps.patch("web", &PatchParams::default(), &Patch::Merge(&suspend(false))).await?;
+    env.wait_synced("web", &second).await?;
+    let held = cms.get("held").await?;
+    assert_eq!(held.data.unwrap_or_default().get("value").map(String::as_str), Some("two"));
+    Ok(())
+}
