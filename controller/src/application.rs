@@ -470,7 +470,7 @@ async fn plan_desired_state(
     let plan = plan(&desired.hash, &observations, &prune);
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     let existing = revisions.get_opt(&revision).await?;
-    let health = health_of(&desired.objects, &found.live());
+    let health = health_of(&desired.objects, &found.live(), &now());
     Ok(Ok((plan, prune, unlisted.into_iter().collect(), existing, health)))
 }
 
@@ -479,12 +479,13 @@ async fn plan_desired_state(
 fn health_of(
     objects: &[DesiredObject],
     live: &std::collections::BTreeMap<ObjectKey, serde_json::Value>,
+    now: &Time,
 ) -> Vec<ObjectHealth> {
     objects
         .iter()
         .map(|object| {
             let (state, message) = match live.get(&object.key) {
-                Some(live) => kstatus::health(live),
+                Some(live) => kstatus::health_at(live, now),
                 None => (HealthState::Progressing, "not created yet".to_owned()),
             };
             ObjectHealth {

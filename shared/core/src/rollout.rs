@@ -63,7 +63,11 @@ pub fn summarise(objects: &[ObjectHealth]) -> HealthSummary {
         }
     }
     // HealthState is ordered best to worst.
-    let worst = objects.iter().filter(|o| o.state != HealthState::Healthy).max_by_key(|o| o.state);
+    // The first of the worst.
+    let worst = objects
+        .iter()
+        .filter(|o| o.state != HealthState::Healthy)
+        .min_by_key(|o| std::cmp::Reverse(o.state));
     let state = match worst.map(|o| o.state) {
         None => HealthState::Healthy,
         Some(state) => state,
@@ -191,7 +195,8 @@ mod tests {
     #[test]
     fn the_worst_state_wins_and_suspended_counts_as_done() {
         use HealthState::*;
-        let rows: Vec<(Vec<HealthState>, HealthState, Option<&str>, (i64, i64, i64, i64))> = vec![
+        type Row = (Vec<HealthState>, HealthState, Option<&'static str>, (i64, i64, i64, i64));
+        let rows: Vec<Row> = vec![
             (vec![], Healthy, None, (0, 0, 0, 0)),
             (vec![Healthy, Healthy], Healthy, None, (2, 0, 0, 0)),
             (vec![Healthy, Suspended], Suspended, Some("o1"), (2, 0, 0, 0)),
