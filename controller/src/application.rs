@@ -33,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -45,7 +46,7 @@ use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, Step, SyncOutcome, decide, learn_secret_values, revision_name,
-    settle,
+    settle, wait_for_dependencies, with_dependencies,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
@@ -55,11 +56,13 @@ use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_core::rollout::ObjectHealth;
-use kuvryn_sync_core::{field_manager, inventory, kstatus};
+use kuvryn_sync_core::{dependencies, field_manager, history, inventory, kstatus};
 use kuvryn_sync_render::yaml::{self, Limits};
 use kuvryn_sync_runtime::events;
+use kuvryn_sync_runtime::metrics::ControllerMetrics;
 use kuvryn_sync_source::git::{CheckedOutTree, GitCache};
 
+use crate::deletion;
 use crate::fault::FaultPoint;
 use crate::watches::ManagedWatches;
 use crate::{source, triggers};
@@ -85,7 +88,13 @@ pub struct ApplicationContext {
     pub watches: Arc<ManagedWatches>,
     /// A test-only point where the process dies (`KSYNC_TEST_FAULT_POINT`).
     pub fault: Option<FaultPoint>,
+    /// Counts every Application Event.
+    pub metrics: ControllerMetrics,
 }
+
+/// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
+/// goes.
+pub const APPLICATION_FINALIZER: &str = "sync.kuvryn.io/application-cleanup";
 
 /// Errors that make the reconcile retry with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +105,8 @@ pub enum ReconcileError {
     NoNamespace,
     #[error("background task failed: {0}")]
     Join(#[from] tokio::task::JoinError),
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<ReconcileError>>),
 }
 
 /// The result of an observation step: its value, or the failure that ends observation.
@@ -116,6 +127,13 @@ pub async fn run(
         .applied_objects()
         .predicate_filter(observed_revision, Default::default());
     let store = reader.clone();
+    let dependency_store = reader.clone();
+    // A dependency's health, revisions or Ready changing re-evaluates its dependents.
+    let dependency_changes =
+        watcher(Api::<Application>::all(ctx.client.clone()), Default::default())
+            .default_backoff()
+            .applied_objects()
+            .predicate_filter(readiness, Default::default());
     let controller = Controller::for_stream(stream, reader)
         .with_config(
             kube::runtime::controller::Config::default()
@@ -123,6 +141,9 @@ pub async fn run(
                 .debounce(Duration::from_millis(500)),
         )
         .watches_stream(repositories, move |repo: Repository| following(&store.state(), &repo))
+        .watches_stream(dependency_changes, move |changed: Application| {
+            dependents_of(&dependency_store.state(), &changed)
+        })
         .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
             triggers.recv().await.map(|request| (request, triggers))
         }));
@@ -139,6 +160,45 @@ fn observed_revision(repo: &Repository) -> Option<u64> {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     repo.status.as_ref().and_then(|s| s.observed_revision.as_ref()).hash(&mut hasher);
     Some(hasher.finish())
+}
+
+/// What dependents look at: health, desired and deployed revisions, Ready, a rollback hold.
+fn readiness(app: &Application) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    if let Some(status) = &app.status {
+        status.health.state.as_str().hash(&mut hasher);
+        status.desired_revision.hash(&mut hasher);
+        status.deployed_revision.hash(&mut hasher);
+        for c in status.conditions.iter().filter(|c| c.type_ == "Ready") {
+            (&c.status, &c.reason).hash(&mut hasher);
+        }
+    }
+    app.annotations().get(kuvryn_sync_api::keys::ROLLBACK_FROM).hash(&mut hasher);
+    app.metadata.deletion_timestamp.is_some().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// The Applications of `changed`'s namespace that depend on it.
+fn dependents_of(
+    applications: &[Arc<Application>],
+    changed: &Application,
+) -> Vec<ObjectRef<Application>> {
+    let namespace_apps: Vec<Application> = applications
+        .iter()
+        .filter(|a| a.namespace() == changed.namespace())
+        .map(|a| a.as_ref().clone())
+        .collect();
+    dependencies::dependents(changed, &namespace_apps)
+        .into_iter()
+        .map(|name| {
+            let reference = ObjectRef::new(&name);
+            match changed.namespace() {
+                Some(namespace) => reference.within(&namespace),
+                None => reference,
+            }
+        })
+        .collect()
 }
 
 /// The Applications whose source is `repo`.
@@ -167,36 +227,63 @@ async fn reconcile(
     ctx: Arc<ApplicationContext>,
 ) -> Result<Action, ReconcileError> {
     let namespace = app.namespace().ok_or(ReconcileError::NoNamespace)?;
-    if app.metadata.deletion_timestamp.is_some() {
-        // Deletion (finalizer, deletionPolicy) belongs to the rollout lifecycle.
-        return Ok(Action::await_change());
-    }
+    let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
+    finalizer(&api, APPLICATION_FINALIZER, app, |event| async {
+        match event {
+            FinalizerEvent::Apply(app) => sync_application(app, &namespace, &ctx).await,
+            FinalizerEvent::Cleanup(app) => deletion::clean_up(&app, &namespace, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|err| ReconcileError::Finalizer(Box::new(err)))
+}
+
+/// The reconcile of an Application that is not being deleted.
+async fn sync_application(
+    app: Arc<Application>,
+    namespace: &str,
+    ctx: &ApplicationContext,
+) -> Result<Action, ReconcileError> {
+    let namespace = namespace.to_owned();
     if app.spec.suspend {
         tracing::info!(application = %app.name_any(), %namespace,
             "suspended: nothing is applied, pruned or repaired");
-        write_suspended(&app, &namespace, &ctx).await?;
+        write_suspended(&app, &namespace, ctx).await?;
         return Ok(Action::requeue(ctx.resync));
     }
     let mut redactor = Redactor::new();
-    let observation = match observe(&app, &namespace, &ctx, &mut redactor).await? {
+    let dependencies = check_dependencies(&app, &namespace, ctx).await?;
+    if let Some(verdict) = dependencies.as_ref().filter(|v| !v.is_ready())
+        && let Some(condition) = dependencies::condition(&app, verdict)
+    {
+        let decision = wait_for_dependencies(&app, condition, &now());
+        write(&app, &namespace, &decision, None, &redactor, ctx).await?;
+        return Ok(Action::requeue(decision.requeue_after.unwrap_or(ctx.resync)));
+    }
+    let observation = match observe(&app, &namespace, ctx, &mut redactor).await? {
         Ok(observation) | Err(observation) => observation,
     };
     let decision = decide(&app, &observation, &redactor, &now());
+    let condition = dependencies.as_ref().and_then(|v| dependencies::condition(&app, v));
+    let decision = with_dependencies(decision, &app, condition, &now());
     let previous = match &observation {
         Observation::Planned(planned) => planned.revision.as_ref(),
         Observation::Failed { .. } => None,
     };
-    write(&app, &namespace, &decision, previous, &redactor, &ctx).await?;
+    write(&app, &namespace, &decision, previous, &redactor, ctx).await?;
+    if decision.revision.is_some() && previous.is_none() {
+        trim_history(&app, &namespace, ctx).await?;
+    }
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
-        let outcome = sync(&app, &namespace, &decision, planned, &ctx).await;
+        let outcome = sync(&app, &namespace, &decision, planned.as_ref(), ctx).await;
         if let Some(fault) = &ctx.fault {
             fault.reached(crate::fault::AFTER_APPLY);
         }
         let settled = settle(&app, &decision, planned, &outcome, &redactor, &now());
         let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
-        write_revision_status(&namespace, &revision, &settled.revision, None, &ctx).await?;
-        write_status(&app, &namespace, &settled.status, &ctx).await?;
-        publish(&app, &settled.events, &redactor, &ctx).await;
+        write_revision_status(&namespace, &revision, &settled.revision, None, ctx).await?;
+        write_status(&app, &namespace, &settled.status, ctx).await?;
+        publish(&app, &settled.events, &redactor, ctx).await;
         if let SyncOutcome::Failed { reason, message, .. } = &outcome {
             tracing::info!(application = %app.name_any(), %namespace, reason = reason.as_str(),
                 message = %redactor.redact(message), "sync failed");
@@ -211,6 +298,40 @@ async fn reconcile(
     }
     let next = decision.requeue_after.map_or(ctx.resync, |after| after.min(ctx.resync));
     Ok(Action::requeue(next))
+}
+
+/// `spec.dependsOn`, checked against the namespace's Applications; `None` without dependencies.
+async fn check_dependencies(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+) -> Result<Option<dependencies::Verdict>, kube::Error> {
+    if app.spec.depends_on.is_empty() {
+        return Ok(None);
+    }
+    let apps: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
+    let all = apps.list(&Default::default()).await?.items;
+    Ok(Some(dependencies::check(app, &all)))
+}
+
+/// Delete the Revisions `spec.history.limit` no longer keeps (after a new one was made).
+async fn trim_history(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}={}", kuvryn_sync_api::keys::APPLICATION, app.name_any());
+    let all = revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items;
+    for name in history::decide(app, &all) {
+        match revisions.delete(&name, &Default::default()).await {
+            Ok(_) => tracing::info!(application = %app.name_any(), revision = %name,
+                "Revision deleted by spec.history.limit"),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
 }
 
 fn now() -> Time {
@@ -639,6 +760,7 @@ async fn write(
         // Only the fields the controller owns: a Revision read back carries server fields.
         let mut body = Revision::new(&name, revision.spec.clone());
         body.metadata.labels = revision.metadata.labels.clone();
+        body.metadata.annotations = revision.metadata.annotations.clone();
         body.metadata.owner_references = revision.metadata.owner_references.clone();
         let apply = PatchParams::apply(CONTROLLER_NAME).force();
         revisions.patch(&name, &apply, &Patch::Apply(&body)).await?;
@@ -712,7 +834,7 @@ async fn write_suspended(
     write_status(app, namespace, &status, ctx).await
 }
 
-async fn publish(
+pub(crate) async fn publish(
     app: &Application,
     events_to_send: &[(kuvryn_sync_api::EventReason, String)],
     redactor: &Redactor,
@@ -720,4 +842,7 @@ async fn publish(
 ) {
     let reference = app.object_ref(&());
     events::publish(&ctx.client, &ctx.reporter, &reference, events_to_send, redactor).await;
+    for (reason, _) in events_to_send {
+        ctx.metrics.count_event(*reason);
+    }
 }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 mod application;
+mod deletion;
 mod fault;
 mod repository;
 mod source;
@@ -98,7 +99,7 @@ async fn main() -> anyhow::Result<()> {
     let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
     let ops_stop = tokio_util::sync::CancellationToken::new();
     let mut registry = Registry::default();
-    let _metrics = ControllerMetrics::register(&mut registry);
+    let metrics = ControllerMetrics::register(&mut registry);
     let readiness = Readiness::default();
     let (listener, ops_addr) = ops::bind(args.metrics_bind_address)
         .await
@@ -170,6 +171,7 @@ async fn main() -> anyhow::Result<()> {
             crd_timeout: args.crd_establish_timeout,
             watches: Arc::new(watches),
             fault: fault::FaultPoint::from_env(),
+            metrics: metrics.clone(),
         });
         let application_controller = tokio::spawn(application::run(
             applications,

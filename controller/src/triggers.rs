@@ -1,6 +1,7 @@
 //! What wakes a reconciler of our own kinds: changes to an object's spec (its generation) or to
-//! its annotations (the push receivers and the CLI request work through annotations). The
-//! controller's own status writes move neither, so they never trigger a reconcile.
+//! its annotations (the push receivers and the CLI request work through annotations), and the
+//! start of its deletion. The controller's own status writes move none of these, so they never
+//! trigger a reconcile.
 
 use futures::Stream;
 use kube::Resource;
@@ -29,10 +30,15 @@ where
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
-            predicates::generation.combine(predicates::annotations),
+            predicates::generation.combine(predicates::annotations).combine(being_deleted),
             Default::default(),
         );
     (reader, stream)
+}
+
+/// Whether deletion has started (an object with a finalizer is marked, not removed).
+fn being_deleted<K: Resource>(object: &K) -> Option<u64> {
+    Some(u64::from(object.meta().deletion_timestamp.is_some()))
 }
 
 /// Log a failed reconcile of `kind` (the error policy has already scheduled the retry).

@@ -289,3 +289,155 @@ async fn suspend_blocks_every_write_until_resumed() -> Result<()> {
     assert_eq!(held.data.unwrap_or_default().get("value").map(String::as_str), Some("two"));
     Ok(())
 }
+
+/// Deleting an Application: `Orphan` leaves its objects; `DeleteManagedResources` deletes them,
+/// except high-risk kinds, which it names in a `ManagedResourcesOrphaned` Event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_policies_do_what_they_say() -> Result<()> {
+    let env = workloads_env("rollout-delete").await?;
+    let commit = env
+        .push(
+            &[
+                ("apps/orphan/cm.yaml", config_map("orphaned", "1", json!({}))),
+                ("apps/purge/cm.yaml", config_map("purged", "1", json!({}))),
+                (
+                    "apps/purge/secret.yaml",
+                    "apiVersion: v1\nkind: Secret\nmetadata:\n  name: kept\nstringData:\n  a: b\n"
+                        .to_owned(),
+                ),
+            ],
+            "two Applications",
+        )
+        .await?;
+    env.create_app("orphan", "apps/orphan", json!({})).await?;
+    env.create_app("purge", "apps/purge", json!({"deletionPolicy": "DeleteManagedResources"}))
+        .await?;
+    env.wait_synced("orphan", &commit).await?;
+    env.wait_synced("purge", &commit).await?;
+    let apps = env.api::<Application>();
+    for name in ["orphan", "purge"] {
+        apps.delete(name, &Default::default()).await?;
+    }
+    for name in ["orphan", "purge"] {
+        kuvryn_sync_tests::cluster::wait_for(
+            &format!("Application {name} is gone"),
+            kuvryn_sync_tests::application::DEADLINE,
+            || async {
+                let found = apps.get_opt(name).await?;
+                Ok((
+                    found.is_none().then_some(()),
+                    format!("{:?}", found.map(|a| a.metadata.finalizers)),
+                ))
+            },
+        )
+        .await?;
+    }
+    let cms = env.api::<ConfigMap>();
+    assert!(cms.get_opt("orphaned").await?.is_some(), "Orphan deleted its ConfigMap");
+    assert!(cms.get_opt("purged").await?.is_none(), "DeleteManagedResources left its ConfigMap");
+    let secrets = env.api::<k8s_openapi::api::core::v1::Secret>();
+    assert!(secrets.get_opt("kept").await?.is_some(), "a high-risk Secret was deleted");
+    let events = env.wait_event("purge", "ManagedResourcesOrphaned").await?;
+    let orphaned: Vec<_> =
+        events.iter().filter(|(_, r, _)| r == "ManagedResourcesOrphaned").collect();
+    assert!(orphaned[0].2.contains("Secret") && orphaned[0].2.contains("kept"), "{orphaned:?}");
+    Ok(())
+}
+
+/// A dependsOn chain deploys in order: nothing of a dependent is applied before its dependency
+/// is Healthy at its desired revision; a cycle is reported as DependencyCycle naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn depends_on_orders_rollouts_and_reports_cycles() -> Result<()> {
+    let env = workloads_env("rollout-deps").await?;
+    let commit = env
+        .push(
+            &[
+                ("apps/db/cm.yaml", config_map("db", "1", json!({}))),
+                ("apps/api/cm.yaml", config_map("api", "1", json!({}))),
+                ("apps/web/cm.yaml", config_map("web", "1", json!({}))),
+                ("apps/x/cm.yaml", config_map("x", "1", json!({}))),
+                ("apps/y/cm.yaml", config_map("y", "1", json!({}))),
+            ],
+            "a chain and a cycle",
+        )
+        .await?;
+    let on = |name: &str| json!({"dependsOn": [{"name": name}]});
+    env.create_app("web", "apps/web", on("api")).await?;
+    env.create_app("api", "apps/api", on("db")).await?;
+    let message = env
+        .wait_app("api", "DependenciesReady=False/DependencyNotReady", |app| {
+            condition(app, "DependenciesReady")
+                == Some(("False".into(), "DependencyNotReady".into()))
+        })
+        .await?;
+    let text = message.status.map(|s| s.conditions).unwrap_or_default();
+    assert!(format!("{text:?}").contains("db"), "{text:?}");
+    let cms = env.api::<ConfigMap>();
+    assert!(cms.get_opt("api").await?.is_none() && cms.get_opt("web").await?.is_none());
+
+    env.create_app("db", "apps/db", json!({})).await?;
+    for name in ["db", "api", "web"] {
+        env.wait_ready(name, "True", "Healthy").await?;
+    }
+    let web = env.api::<Application>().get("web").await?;
+    assert_eq!(
+        condition(&web, "DependenciesReady"),
+        Some(("True".into(), "DependenciesHealthy".into()))
+    );
+    assert_eq!(web.status.and_then(|s| s.deployed_revision).as_deref(), Some(commit.as_str()));
+
+    env.create_app("x", "apps/x", on("y")).await?;
+    env.create_app("y", "apps/y", on("x")).await?;
+    let x = env
+        .wait_app("x", "DependencyCycle", |app| {
+            condition(app, "DependenciesReady") == Some(("False".into(), "DependencyCycle".into()))
+        })
+        .await?;
+    let message = x
+        .status
+        .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "DependenciesReady"))
+        .map(|c| c.message)
+        .unwrap_or_default();
+    assert!(message.contains("x -> y -> x"), "{message}");
+    assert!(cms.get_opt("x").await?.is_none());
+    Ok(())
+}
+
+/// `spec.history.limit` deletes the oldest Revisions, never the deployed one or the rollback
+/// target, which do not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_limit_keeps_the_newest_and_the_protected_revisions() -> Result<()> {
+    let env = workloads_env("rollout-history").await?;
+    env.create_app("web", "apps/web", json!({"history": {"limit": 1}})).await?;
+    let mut commits = Vec::new();
+    for n in 1..=5 {
+        let commit = env
+            .push(&[("apps/web/cm.yaml", config_map("web", &n.to_string(), json!({})))], "next")
+            .await?;
+        env.wait_synced("web", &commit).await?;
+        env.wait_ready("web", "True", "Healthy").await?;
+        commits.push(commit);
+    }
+    let selector = format!("{}=web", keys::APPLICATION);
+    let revisions = env
+        .api::<kuvryn_sync_api::Revision>()
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    let mut kept: Vec<String> =
+        revisions.items.iter().map(|r| r.spec.source.revision.clone()).collect();
+    kept.sort();
+    let mut expected = commits[2..].to_vec();
+    expected.sort();
+    assert_eq!(kept, expected, "deployed (5), rollback target (4) and one more (3)");
+    Ok(())
+}
+
+/// A condition's (status, reason).
+fn condition(app: &Application, type_: &str) -> Option<(String, String)> {
+    app.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}

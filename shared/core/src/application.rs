@@ -49,6 +49,14 @@ use crate::rollout::{self, ObjectHealth, Verdict};
 /// Longest condition, failure or Event message we write.
 pub const MAX_MESSAGE: usize = 1024;
 
+/// Annotation on a Revision: the Application generation its last attempt was made for, so a
+/// failed Revision is retried at once when the Application's spec changes afterwards.
+pub const ATTEMPTED_GENERATION: &str = "sync.kuvryn.io/attempted-generation";
+
+/// Annotation on a Revision: the approved digest last reported stale (`ApprovalStale` goes out
+/// once per stale approval).
+pub const STALE_APPROVAL: &str = "sync.kuvryn.io/stale-approval";
+
 /// Longest Kubernetes object name.
 const MAX_NAME: usize = 253;
 
@@ -216,7 +224,7 @@ fn decide_planned(
             set_sync(&mut status, SyncState::Drifted, now);
             return finish(current, status, None, events, Step::Report);
         }
-        Some(RevisionPhase::Failed) => match retry(app, existing_status, now) {
+        Some(RevisionPhase::Failed) => match retry(app, existing, now) {
             Retry::Now => {}
             Retry::After(wait) => {
                 let mut decision = finish(current.clone(), current, None, events, Step::Report);
@@ -247,6 +255,7 @@ fn decide_planned(
     {
         let message = clean(redactor, &conflict_message(planned));
         let resource = planned.plan.conflicts.first().map(|(key, _)| key.clone());
+        mark_attempt(&mut revision, app);
         let revision_status = revision.status.get_or_insert_with(Default::default);
         revision_status.attempts += 1;
         fail_revision(
@@ -274,11 +283,24 @@ fn decide_planned(
             verdict => {
                 let revision_status = revision.status.get_or_insert_with(Default::default);
                 revision_status.phase = Some(RevisionPhase::AwaitingApproval);
-                if let Verdict::Stale { approved, current: digest } = verdict {
+                let reported = revision
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(STALE_APPROVAL))
+                    .cloned();
+                if let Verdict::Stale { approved, current: digest } = verdict
+                    && reported.as_deref() != Some(approved.as_str())
+                {
+                    revision
+                        .metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(STALE_APPROVAL.to_owned(), approved.clone());
                     events.push((
                         EventReason::ApprovalStale,
                         format!(
-                            "Revision {name} was approved with plan digest {approved}, but its                              plan is now {digest}; review it and approve again"
+                            "Revision {name} was approved with plan digest {approved}, but its plan is now {digest}; review it and approve again"
                         ),
                     ));
                 } else if phase != Some(RevisionPhase::AwaitingApproval) {
@@ -296,6 +318,7 @@ fn decide_planned(
         }
     }
 
+    mark_attempt(&mut revision, app);
     let revision_status = revision.status.get_or_insert_with(Default::default);
     revision_status.phase = Some(RevisionPhase::Applying);
     revision_status.attempts += 1;
@@ -334,6 +357,46 @@ fn decide_planned(
         step,
         requeue_after: Some(rollout::OBSERVE_EVERY),
     }
+}
+
+/// The Application waits for its dependencies (`spec.dependsOn`): `DependenciesReady` is
+/// `condition` (False), nothing is planned, and Ready keeps its value.
+pub fn wait_for_dependencies(
+    app: &Application,
+    condition: NewCondition<'_>,
+    now: &Time,
+) -> Decision {
+    let current = app.status.clone().unwrap_or_default();
+    let mut status = current.clone();
+    status.observed_generation = app.metadata.generation;
+    conditions::set(&mut status.conditions, condition, now);
+    let mut decision = finish(current, status, None, Vec::new(), Step::Report);
+    decision.requeue_after = Some(rollout::OBSERVE_EVERY.saturating_mul(6));
+    decision
+}
+
+/// `decision` with `DependenciesReady` set to `condition`, or removed when `None` (an
+/// Application without `spec.dependsOn` has no such condition).
+pub fn with_dependencies(
+    mut decision: Decision,
+    app: &Application,
+    condition: Option<NewCondition<'_>>,
+    now: &Time,
+) -> Decision {
+    let current = app.status.clone().unwrap_or_default();
+    let mut status = decision.status.clone().unwrap_or_else(|| current.clone());
+    match condition {
+        Some(condition) => {
+            conditions::set(&mut status.conditions, condition, now);
+        }
+        None => {
+            conditions::remove(&mut status.conditions, ConditionType::DependenciesReady);
+        }
+    }
+    if decision.status.is_some() || status != current {
+        decision.status = Some(status);
+    }
+    decision
 }
 
 /// The statuses after the sync step `decision` ran with `outcome`.
@@ -479,6 +542,9 @@ fn watch_finished(
     set_deployed(&mut status, &planned.commit);
     set_health(&mut status, &summary, now);
     let mut events = Vec::new();
+    if rollout::is_done(summary.state) {
+        status.diagnosis.clear();
+    }
     let (condition_status, reason, message) = if rollout::is_done(summary.state) {
         (Status::True, ConditionReason::Healthy, format!("commit {} is Healthy", planned.commit))
     } else if summary.state == HealthState::Degraded {
@@ -525,18 +591,18 @@ enum Retry {
 }
 
 /// Retries: while a retryable failure has attempts left, after a backoff; once the Application's
-/// spec changes (Ready no longer reports that failure at the current generation), at once.
-fn retry(app: &Application, revision: Option<&RevisionStatus>, now: &Time) -> Retry {
-    let Some(status) = revision else { return Retry::Now };
+/// spec changed since the attempt ([`ATTEMPTED_GENERATION`]), at once.
+fn retry(app: &Application, revision: Option<&Revision>, now: &Time) -> Retry {
+    let Some(revision) = revision else { return Retry::Now };
+    let Some(status) = revision.status.as_ref() else { return Retry::Now };
     let Some(failure) = status.failure.as_ref() else { return Retry::Now };
-    let ready =
-        app.status.as_ref().and_then(|s| conditions::get(&s.conditions, ConditionType::Ready));
-    let reported = ready.is_some_and(|c| {
-        c.observed_generation == app.metadata.generation
-            && (c.reason == failure.reason.as_str()
-                || c.reason == FailureReason::RetryBlocked.as_str())
-    });
-    if !reported {
+    let attempted = revision
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ATTEMPTED_GENERATION))
+        .and_then(|g| g.parse::<i64>().ok());
+    if attempted != app.metadata.generation {
         return Retry::Now;
     }
     if !failure.retryable {
@@ -545,7 +611,12 @@ fn retry(app: &Application, revision: Option<&RevisionStatus>, now: &Time) -> Re
     let completed = status.completed_at.clone().unwrap_or_else(|| now.clone());
     let wait = rollout::remaining(&completed, rollout::backoff(status.attempts), now);
     if status.attempts >= app.spec.strategy.failure_policy.max_attempts {
-        let blocked = ready.is_some_and(|c| c.reason == FailureReason::RetryBlocked.as_str());
+        let ready =
+            app.status.as_ref().and_then(|s| conditions::get(&s.conditions, ConditionType::Ready));
+        let blocked = ready.is_some_and(|c| {
+            c.reason == FailureReason::RetryBlocked.as_str()
+                && c.observed_generation == app.metadata.generation
+        });
         return match (blocked, wait.is_zero()) {
             (true, _) => Retry::Never,
             (false, true) => Retry::Blocked,
@@ -553,6 +624,16 @@ fn retry(app: &Application, revision: Option<&RevisionStatus>, now: &Time) -> Re
         };
     }
     if wait.is_zero() { Retry::Now } else { Retry::After(wait) }
+}
+
+/// Record on `revision` that `app`'s current generation makes this attempt.
+fn mark_attempt(revision: &mut Revision, app: &Application) {
+    let generation = app.metadata.generation.unwrap_or_default().to_string();
+    revision
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ATTEMPTED_GENERATION.to_owned(), generation);
 }
 
 /// `Ready=False/RetryBlocked`, keeping the last failure's message.
@@ -571,11 +652,15 @@ fn retry_blocked(
         .unwrap_or_default();
     let message = redact::truncate(
         &format!(
-            "retries stopped after {attempts} attempt(s) (spec.strategy.failurePolicy.maxAttempts);              last failure: {last}"
+            "retries stopped after {attempts} attempt(s) (spec.strategy.failurePolicy.maxAttempts); last failure: {last}"
         ),
         MAX_MESSAGE,
     );
+    let diagnosis = status.diagnosis.clone();
     let events = fail_ready(&mut status, app, FailureReason::RetryBlocked, &message, now);
+    if revision.and_then(|r| r.failure.as_ref()).is_some_and(|f| explained_by_health(f.reason)) {
+        status.diagnosis = diagnosis;
+    }
     finish(current, status, None, events, Step::Report)
 }
 
@@ -699,8 +784,11 @@ fn fail_ready(
     message: &str,
     now: &Time,
 ) -> Vec<(EventReason, String)> {
-    // Health was not observed: nothing to explain.
-    status.diagnosis.clear();
+    // A failure found by observing health keeps what explains it; any other failure comes
+    // before health is observed, so there is nothing to explain.
+    if !explained_by_health(reason) {
+        status.diagnosis.clear();
+    }
     let changed = conditions::set(
         &mut status.conditions,
         NewCondition {
@@ -713,6 +801,15 @@ fn fail_ready(
         now,
     );
     if changed { vec![(EventReason::Failure(reason), message.to_owned())] } else { Vec::new() }
+}
+
+/// Failures `status.diagnosis` explains: it is kept with them (and while retries are blocked
+/// after them).
+fn explained_by_health(reason: FailureReason) -> bool {
+    matches!(
+        reason,
+        FailureReason::HealthFailure | FailureReason::HookFailed | FailureReason::TimeoutFailure
+    )
 }
 
 fn set_sync(status: &mut ApplicationStatus, state: SyncState, now: &Time) {

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use base64::Engine as _;
 use k8s_openapi::jiff::Timestamp;
-use kuvryn_sync_api::{ApplicationSpec, Diagnosis, ManagedKind};
+use kuvryn_sync_api::{ApplicationSpec, Approval, Diagnosis, ManagedKind, ResourceCounts};
 use serde_json::json;
 
 use crate::desired::{DesiredObject, Rendered, Scope, Target, group_of};
@@ -192,6 +192,7 @@ fn planned_with(
         prune,
         unlisted: vec![],
         revision,
+        health: Vec::new(),
     }
 }
 
@@ -261,6 +262,25 @@ fn set_ready(status: &mut ApplicationStatus, value: Status, reason: &str, since:
         },
         &at(since),
     );
+}
+
+/// The Ready condition an Application had before a reconcile.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Prior {
+    /// None yet.
+    None,
+    /// True/Healthy since 5, computed for generation 1.
+    True,
+    /// False/ApplyFailure since 5, computed for generation 1.
+    False,
+}
+
+fn with_prior(status: &mut ApplicationStatus, prior: Prior) {
+    match prior {
+        Prior::None => {}
+        Prior::True => set_ready(status, Status::True, "Healthy", 5),
+        Prior::False => set_ready(status, Status::False, "ApplyFailure", 5),
+    }
 }
 
 fn revision_status(decision: &Decision) -> &RevisionStatus {
@@ -460,6 +480,7 @@ fn a_new_desired_state_under_automatic_sync_records_the_inventory_then_syncs() {
     let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
 
     assert_eq!(d.step, Step::Sync { prune: vec![managed("v1", "ConfigMap", "old")] });
+    assert_eq!(d.requeue_after, Some(rollout::OBSERVE_EVERY), "the rollout is observed next");
 
     let revision = d.revision.as_ref().expect("a Revision");
     let name = revision_name(APP, C1, &state.hash);
@@ -499,6 +520,16 @@ fn a_new_desired_state_under_automatic_sync_records_the_inventory_then_syncs() {
     assert_eq!(rs.attempts, 1);
     assert_eq!(rs.started_at, Some(at(10)));
     assert_eq!((rs.completed_at.as_ref(), rs.failure.as_ref()), (None, None));
+    let rollout = conditions::get(&rs.conditions, ConditionType::RolloutComplete).expect("one");
+    assert_eq!(
+        (
+            rollout.status.as_str(),
+            rollout.reason.as_str(),
+            rollout.message.as_str(),
+            &rollout.last_transition_time
+        ),
+        ("False", "RollingOut", "applying the Revision's groups", &at(10))
+    );
     let summary = rs.plan.as_ref().expect("a plan summary");
     assert_eq!(
         (summary.create, summary.update, summary.delete, summary.unchanged),
@@ -608,6 +639,7 @@ fn manual_sync_plans_and_waits_for_approval_once() {
     let mut planned_state =
         planned_with(&state, absent, prune_for(&state, &live_before_first_sync()), None);
     let name = revision_name(APP, C1, &state.hash);
+    let digest = planned_state.plan.digest.clone();
     let counts = "2 to create, 0 to update, 1 to delete, 1 unchanged";
     // (time, events, status written)
     type Row = (i64, Vec<(EventReason, String)>, bool);
@@ -618,7 +650,7 @@ fn manual_sync_plans_and_waits_for_approval_once() {
                 (EventReason::PlanCreated, format!("Revision {name} planned: {counts}")),
                 (
                     EventReason::ApprovalRequired,
-                    format!("Revision {name} waits for approval: {counts}"),
+                    format!("Revision {name} waits for approval (plan digest {digest}): {counts}"),
                 ),
             ],
             true,
@@ -632,12 +664,14 @@ fn manual_sync_plans_and_waits_for_approval_once() {
         assert_eq!(d.events, events, "step {n}");
         assert_eq!(d.step, Step::Report, "step {n}");
         assert_eq!(d.status.is_some(), written, "step {n}");
+        assert_eq!(d.requeue_after, None, "step {n}: an approval triggers the next reconcile");
         let revision = d.revision.clone().expect("the Revision waits");
         assert_eq!(revision.metadata.name.as_deref(), Some(name.as_str()));
         let rs = revision.status.as_ref().expect("status");
         assert_eq!(rs.phase, Some(RevisionPhase::AwaitingApproval), "step {n}");
         assert_eq!(rs.attempts, 0, "waiting is no attempt");
         assert_eq!(rs.started_at, None);
+        assert_eq!(rs.approval, None, "step {n}");
         assert_eq!(
             rs.plan.as_ref().map(|p| p.digest.as_str()),
             Some(planned_state.plan.digest.as_str())
@@ -671,6 +705,7 @@ fn conflicts_fail_the_revision_under_fail_and_are_taken_over_under_adopt() {
     let app = application(json!({"automatic": true}), 1);
     let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(d.step, Step::Report);
+    assert_eq!(d.requeue_after, Some(rollout::FIRST_BACKOFF), "look again after the backoff");
     assert_eq!(reasons(&d.events), vec!["PlanCreated", "ConflictFailure"]);
     assert_eq!(
         d.events[1],
@@ -706,6 +741,7 @@ fn conflicts_fail_the_revision_under_fail_and_are_taken_over_under_adopt() {
     let app = application(json!({"automatic": true, "conflictPolicy": "adopt"}), 1);
     let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(d.step, Step::Sync { prune: vec![] });
+    assert_eq!(d.requeue_after, Some(rollout::OBSERVE_EVERY));
     assert_eq!(reasons(&d.events), vec!["PlanCreated", "DeploymentStarted"]);
     let rs = revision_status(&d);
     assert_eq!(
@@ -723,137 +759,242 @@ fn conflicts_fail_the_revision_under_fail_and_are_taken_over_under_adopt() {
 
 #[test]
 fn an_applied_revision_is_in_sync_drifted_or_healed() {
-    // The first sync, applied; the status as settle left it, and as decide left it (a crash
-    // between the apply and the settled status write).
+    use HealthState::{Healthy, Progressing};
+    // The first sync, applied; the status as decide left it (a crash between the apply and the
+    // settled status write), as settle left it, and once the rollout completed and a later
+    // reconcile found it still Healthy.
     let base = automatic();
-    let (first, decision) = first_sync(&base);
-    let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
-    let settled = settle(&base, &decision, &first, &done, &Redactor::new(), &at(20));
+    let (decision, settled) = applied(&base);
     let applying = decision.status.clone().expect("written before the sync");
+    let (completed, watched) = completed_and_watched(&decision, &settled);
 
     #[derive(Clone, Copy, Debug)]
     enum Start {
         Applying,
         Settled,
+        Watched,
     }
-    // (phase, selfHeal, what the plan finds, starting status, step is a sync, sync state, status
-    //  written, events)
+    // (phase, selfHeal, what the plan finds, starting status, health of the Deployment, step is a
+    //  sync, sync state, status written, events, phase of the rewritten Revision (None: not
+    //  rewritten), requeue after)
     type Row = (
         RevisionPhase,
         bool,
         fn(&DesiredObject) -> Found,
         Start,
+        HealthState,
         bool,
         SyncState,
         bool,
         Vec<&'static str>,
+        Option<RevisionPhase>,
+        Option<u64>,
     );
+    use RevisionPhase::{Applying, Healthy as Done, Observing};
     let rows: Vec<Row> = vec![
+        // In sync, still Progressing: the Revision records the health counts, Ready waits.
         (
-            RevisionPhase::Observing,
+            Observing,
             false,
             unchanged,
             Start::Applying,
+            Progressing,
             false,
             SyncState::Synced,
             true,
             vec![],
+            Some(Observing),
+            Some(5),
         ),
         (
-            RevisionPhase::Observing,
+            Observing,
             false,
             unchanged,
             Start::Settled,
+            Progressing,
             false,
             SyncState::Synced,
-            false,
+            true,
             vec![],
+            Some(Observing),
+            Some(5),
         ),
         (
-            RevisionPhase::Healthy,
-            false,
-            unchanged,
-            Start::Settled,
-            false,
-            SyncState::Synced,
-            false,
-            vec![],
-        ),
-        (
-            RevisionPhase::Observing,
+            Observing,
             true,
             unchanged,
             Start::Settled,
+            Progressing,
+            false,
+            SyncState::Synced,
+            true,
+            vec![],
+            Some(Observing),
+            Some(5),
+        ),
+        // In sync and Healthy: the rollout completes.
+        (
+            Observing,
+            false,
+            unchanged,
+            Start::Settled,
+            Healthy,
+            false,
+            SyncState::Synced,
+            true,
+            vec!["DeploymentHealthy"],
+            Some(Done),
+            None,
+        ),
+        // Completed and still Healthy: nothing to write.
+        (
+            Done,
+            false,
+            unchanged,
+            Start::Watched,
+            Healthy,
             false,
             SyncState::Synced,
             false,
             vec![],
+            None,
+            None,
         ),
         (
-            RevisionPhase::Observing,
+            Done,
+            true,
+            unchanged,
+            Start::Watched,
+            Healthy,
+            false,
+            SyncState::Synced,
+            false,
+            vec![],
+            None,
+            None,
+        ),
+        // Drift without selfHeal: reported only.
+        (
+            Observing,
             false,
             drifted,
             Start::Settled,
+            Progressing,
             false,
             SyncState::Drifted,
             true,
             vec![],
+            None,
+            None,
         ),
         (
-            RevisionPhase::Healthy,
+            Done,
             false,
             drifted,
-            Start::Settled,
+            Start::Watched,
+            Healthy,
             false,
             SyncState::Drifted,
             true,
             vec![],
+            None,
+            None,
         ),
+        // Drift with selfHeal: repaired, a new attempt that names the kept Secret again.
         (
-            RevisionPhase::Observing,
+            Observing,
             true,
             drifted,
             Start::Settled,
+            Progressing,
             true,
             SyncState::Applying,
             true,
-            // A repair is an attempt: the kept Secret is named again.
             vec!["DeploymentStarted", "PruneSkipped"],
+            Some(Applying),
+            Some(5),
+        ),
+        (
+            Done,
+            true,
+            drifted,
+            Start::Watched,
+            Healthy,
+            true,
+            SyncState::Applying,
+            true,
+            vec!["DeploymentStarted", "PruneSkipped"],
+            Some(Applying),
+            Some(5),
         ),
     ];
     let state = web();
     // After the first sync: the old ConfigMap is gone, the Secret was kept.
     let live = vec![managed("v1", "ConfigMap", "settings"), managed("v1", "Secret", "old-db")];
-    for (n, (phase, self_heal, found, start, syncs, sync_state, written, events)) in
-        rows.into_iter().enumerate()
+    for (
+        n,
+        (
+            phase,
+            self_heal,
+            found,
+            start,
+            api,
+            syncs,
+            sync_state,
+            written,
+            events,
+            rewritten,
+            requeue,
+        ),
+    ) in rows.into_iter().enumerate()
     {
         let mut app =
             application(json!({"automatic": true, "prune": true, "selfHeal": self_heal}), 1);
         let before = match start {
             Start::Applying => applying.clone(),
             Start::Settled => settled.status.clone(),
+            Start::Watched => watched.clone(),
         };
         app.status = Some(before.clone());
-        let mut revision_state = settled.revision.clone();
-        revision_state.phase = Some(phase);
+        let revision_state = match phase {
+            RevisionPhase::Healthy => completed.status.clone().expect("completed"),
+            _ => settled.revision.clone(),
+        };
+        assert_eq!(revision_state.phase, Some(phase));
         let revision = stored(&decision, revision_state);
-        let planned_state =
+        let mut planned_state =
             planned_with(&state, found, prune_for(&state, &live), Some(revision.clone()));
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
-        let row = format!("row {n}: {phase:?} selfHeal={self_heal} {start:?}");
+        planned_state.health = web_health(Healthy, api);
+        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(50));
+        let row = format!("row {n}: {phase:?} selfHeal={self_heal} {start:?} {api:?}");
         assert_eq!(reasons(&d.events), events, "{row}");
         assert_eq!(d.status.is_some(), written, "{row}");
+        assert_eq!(d.requeue_after, requeue.map(Duration::from_secs), "{row}");
         let status = d.status.clone().unwrap_or(before.clone());
         assert_eq!(status.sync.state, sync_state, "{row}");
-        assert_eq!(ready(&status), ready(&before), "{row}: Ready keeps its value");
+        if rewritten == Some(RevisionPhase::Healthy) {
+            let condition = ready(&status).expect("Ready");
+            assert_eq!(
+                (condition.status.as_str(), condition.reason.as_str()),
+                ("True", "Healthy"),
+                "{row}: the rollout completed"
+            );
+        } else {
+            assert_eq!(ready(&status), ready(&before), "{row}: Ready keeps its value");
+        }
+        assert_eq!(
+            d.revision.as_ref().and_then(|r| r.status.as_ref()).and_then(|s| s.phase),
+            rewritten,
+            "{row}"
+        );
         if syncs {
             assert_eq!(d.step, Step::Sync { prune: vec![] }, "{row}");
             let rs = revision_status(&d);
-            assert_eq!((rs.phase, rs.attempts), (Some(RevisionPhase::Applying), 2), "{row}");
-            assert_eq!(rs.started_at, Some(at(30)), "{row}");
+            assert_eq!(rs.attempts, 2, "{row}");
+            assert_eq!(rs.started_at, Some(at(50)), "{row}: a repair gets its own deadline");
+            assert_eq!((rs.completed_at.as_ref(), rs.failure.as_ref()), (None, None), "{row}");
         } else {
             assert_eq!(d.step, Step::Report, "{row}");
-            assert!(d.revision.is_none(), "{row}: the applied Revision is not rewritten");
         }
         if sync_state == SyncState::Synced {
             assert_eq!(status.deployed_revision.as_deref(), Some(C1), "{row}");
@@ -899,6 +1040,28 @@ fn diagnosis() -> Diagnosis {
 // decide: a failed Revision
 // ---------------------------------------------------------------------------------------------
 
+/// What a reconcile does with a failed Revision.
+#[derive(Clone, Copy, Debug)]
+enum Next {
+    /// Nothing written; look again after this many seconds.
+    Waits(u64),
+    /// A new attempt with this number.
+    Attempt(i32),
+    /// Ready=False/RetryBlocked, once.
+    Blocked,
+    /// Nothing written, nothing to look at again.
+    Nothing,
+}
+
+/// How Ready reports the Revision's failure.
+#[derive(Clone, Copy, Debug)]
+enum Reported {
+    /// False/ApplyFailure, as settle left it (since 20, generation 1).
+    Failure,
+    /// False/RetryBlocked (generation 1): retries stopped already.
+    Blocked,
+}
+
 #[test]
 fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_left() {
     let base = automatic();
@@ -910,53 +1073,126 @@ fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_l
     };
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     assert_eq!(settled.revision.attempts, 1);
+    assert_eq!(settled.revision.completed_at, Some(at(20)));
     let condition = ready(&settled.status).expect("Ready");
     assert_eq!(condition.observed_generation, Some(1));
 
-    // (generation, maxAttempts, failure retryable, expected attempt number or None for no write)
-    let rows: [(i64, i32, bool, Option<i32>); 5] = [
-        (1, 1, true, None),
-        (2, 1, true, Some(2)),
-        (1, 3, true, Some(2)),
-        (1, 3, false, None),
-        (2, 1, false, Some(2)),
+    // Backoffs after attempt 1, 2, 3, 30: 10 s, 20 s, 40 s, 300 s; the failure completed at 20.
+    // (generation, maxAttempts, failure retryable, attempts so far, Ready, now, next)
+    type Row = (i64, i32, bool, i32, Reported, i64, Next);
+    use Reported::Failure as F;
+    let rows: Vec<Row> = vec![
+        // Attempts used up: RetryBlocked once the backoff is over, not before.
+        (1, 1, true, 1, F, 21, Next::Waits(9)),
+        (1, 1, true, 1, F, 29, Next::Waits(1)),
+        (1, 1, true, 1, F, 30, Next::Blocked),
+        (1, 1, true, 1, F, 500, Next::Blocked),
+        // Attempts left: retried after the backoff, which doubles per attempt.
+        (1, 3, true, 1, F, 25, Next::Waits(5)),
+        (1, 3, true, 1, F, 30, Next::Attempt(2)),
+        (1, 3, true, 2, F, 30, Next::Waits(10)),
+        (1, 3, true, 2, F, 39, Next::Waits(1)),
+        (1, 3, true, 2, F, 40, Next::Attempt(3)),
+        (1, 3, true, 3, F, 59, Next::Waits(1)),
+        (1, 3, true, 3, F, 60, Next::Blocked),
+        (1, 100, true, 30, F, 319, Next::Waits(1)),
+        (1, 100, true, 30, F, 320, Next::Attempt(31)),
+        // A failure retrying cannot fix: left as it is.
+        (1, 3, false, 1, F, 30, Next::Nothing),
+        (1, 3, false, 1, F, 5000, Next::Nothing),
+        // The spec changed since the failure was reported: at once, whatever the backoff, the
+        // attempts and the failure.
+        (2, 1, true, 1, F, 21, Next::Attempt(2)),
+        (2, 1, true, 1, F, 30, Next::Attempt(2)),
+        (2, 3, true, 1, F, 21, Next::Attempt(2)),
+        (2, 1, false, 1, F, 30, Next::Attempt(2)),
+        // Retries already blocked: nothing more, until the spec changes.
+        (1, 1, true, 1, Reported::Blocked, 30, Next::Nothing),
+        (1, 1, true, 1, Reported::Blocked, 5000, Next::Nothing),
+        (2, 1, true, 1, Reported::Blocked, 21, Next::Attempt(2)),
     ];
     let state = web();
     // The apply failed before the prune: the old ConfigMap is still there.
     let live = live_before_first_sync();
-    for (n, (generation, max_attempts, retryable, attempt)) in rows.into_iter().enumerate() {
+    for (n, (generation, max_attempts, retryable, attempts, reported, now, next)) in
+        rows.into_iter().enumerate()
+    {
         let mut app = application(json!({"automatic": true, "prune": true}), max_attempts);
         app.metadata.generation = Some(generation);
-        app.status = Some(settled.status.clone());
+        let mut before = settled.status.clone();
+        if let Reported::Blocked = reported {
+            set_ready(&mut before, Status::False, "RetryBlocked", 30);
+        }
+        app.status = Some(before.clone());
         let mut revision_state = settled.revision.clone();
+        revision_state.attempts = attempts;
         if let Some(failure) = revision_state.failure.as_mut() {
             failure.retryable = retryable;
         }
         let revision = stored(&decision, revision_state);
         let planned_state =
             planned_with(&state, unchanged, prune_for(&state, &live), Some(revision));
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(now));
         let row = format!(
-            "row {n}: generation {generation}, maxAttempts {max_attempts}, retryable {retryable}"
+            "row {n}: generation {generation}, maxAttempts {max_attempts}, retryable {retryable}, \
+             attempts {attempts}, {reported:?}, at {now}"
         );
-        match attempt {
-            None => {
+        match next {
+            Next::Waits(_) | Next::Nothing => {
+                let wait = match next {
+                    Next::Waits(seconds) => Some(Duration::from_secs(seconds)),
+                    _ => None,
+                };
+                assert_eq!(d.requeue_after, wait, "{row}");
                 assert_eq!(d.step, Step::Report, "{row}");
                 assert!(d.status.is_none(), "{row}: nothing written");
                 assert!(d.revision.is_none(), "{row}: nothing written");
                 assert!(d.events.is_empty(), "{row}");
             }
-            Some(attempt) => {
+            Next::Blocked => {
+                assert_eq!(d.step, Step::Report, "{row}");
+                assert_eq!(d.requeue_after, None, "{row}");
+                assert!(d.revision.is_none(), "{row}: the Failed Revision is left as it is");
+                let status = d.status.as_ref().expect("written");
+                let condition = ready(status).expect("Ready");
+                assert_eq!(
+                    (condition.status.as_str(), condition.reason.as_str()),
+                    ("False", "RetryBlocked"),
+                    "{row}"
+                );
+                assert_eq!(
+                    squeezed(&condition.message),
+                    format!(
+                        "retries stopped after {attempts} attempt(s) \
+                         (spec.strategy.failurePolicy.maxAttempts); last failure: ApplyFailure: \
+                         admission webhook denied the request"
+                    ),
+                    "{row}: the message keeps the last failure"
+                );
+                assert_eq!(condition.last_transition_time, at(20), "{row}: False since 20");
+                assert_eq!(condition.observed_generation, Some(generation), "{row}");
+                assert_eq!(
+                    d.events,
+                    vec![(
+                        EventReason::Failure(FailureReason::RetryBlocked),
+                        condition.message.clone()
+                    )],
+                    "{row}"
+                );
+                assert_eq!(status.sync.state, SyncState::OutOfSync, "{row}");
+            }
+            Next::Attempt(attempt) => {
                 assert_eq!(
                     d.step,
                     Step::Sync { prune: vec![managed("v1", "ConfigMap", "old")] },
                     "{row}"
                 );
+                assert_eq!(d.requeue_after, Some(rollout::OBSERVE_EVERY), "{row}");
                 let rs = revision_status(&d);
                 assert_eq!(rs.phase, Some(RevisionPhase::Applying), "{row}");
                 assert_eq!(rs.attempts, attempt, "{row}");
                 assert_eq!((rs.failure.as_ref(), rs.completed_at.as_ref()), (None, None), "{row}");
-                assert_eq!(rs.started_at, Some(at(30)), "{row}");
+                assert_eq!(rs.started_at, Some(at(now)), "{row}");
                 // A new attempt: PruneSkipped names the kept Secret again.
                 assert_eq!(
                     reasons(&d.events),
@@ -966,9 +1202,17 @@ fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_l
                 let status = d.status.as_ref().expect("written");
                 assert_eq!(status.observed_generation, Some(generation), "{row}");
                 assert_eq!(status.sync.state, SyncState::Applying, "{row}");
+                assert_eq!(ready(status), ready(&before), "{row}: Ready keeps its value");
             }
         }
     }
+}
+
+/// `text` with every run of white space made one space: the RetryBlocked and ApprovalStale
+/// messages carry a run of spaces (see the ignored
+/// `retry_blocked_and_approval_stale_messages_have_single_spaces`).
+fn squeezed(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -977,40 +1221,29 @@ fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_l
 
 #[test]
 fn a_done_sync_observes_the_revision_and_shrinks_the_inventory_to_what_is_live() {
-    #[derive(Clone, Copy, Debug)]
-    enum Prior {
-        None,
-        True,
-        False,
-    }
-    // (Ready before, live kinds, Ready after (status, reason), its lastTransitionTime, inventory)
-    type Row = (Prior, Vec<GroupKind>, (&'static str, &'static str), i64, Vec<ManagedKind>);
+    // (Ready before, live kinds, inventory). Ready keeps its value, with no transition, while the
+    // rollout progresses: health decides it on a later reconcile.
+    type Row = (Prior, Vec<GroupKind>, Vec<ManagedKind>);
     let all = || vec![kind("apps/v1", "Deployment"), kind("v1", "ConfigMap"), kind("v1", "Secret")];
     let desired_only = || vec![kind("apps/v1", "Deployment"), kind("v1", "ConfigMap")];
     let rows: Vec<Row> = vec![
-        (Prior::None, live_kinds_after_first_sync(), ("Unknown", "Progressing"), 20, all()),
+        (Prior::None, live_kinds_after_first_sync(), all()),
         // The kept Secret was deleted by hand meanwhile: its kind leaves the inventory.
         (
             Prior::None,
             vec![GroupKind::new("", "ConfigMap"), GroupKind::new("apps", "Deployment")],
-            ("Unknown", "Progressing"),
-            20,
             desired_only(),
         ),
         // Desired kinds stay even before their objects are listed.
-        (Prior::None, vec![], ("Unknown", "Progressing"), 20, desired_only()),
-        (Prior::True, live_kinds_after_first_sync(), ("True", "Healthy"), 5, all()),
-        (Prior::False, live_kinds_after_first_sync(), ("False", "Progressing"), 5, all()),
+        (Prior::None, vec![], desired_only()),
+        (Prior::True, live_kinds_after_first_sync(), all()),
+        (Prior::False, live_kinds_after_first_sync(), all()),
     ];
-    for (n, (prior, live_kinds, (after, reason), since, kinds)) in rows.into_iter().enumerate() {
+    for (n, (prior, live_kinds, kinds)) in rows.into_iter().enumerate() {
         let mut app = automatic();
         let mut status = app.status.clone().expect("status");
-        match prior {
-            Prior::None => {}
-            Prior::True => set_ready(&mut status, Status::True, "Healthy", 5),
-            Prior::False => set_ready(&mut status, Status::False, "ApplyFailure", 5),
-        }
-        app.status = Some(status);
+        with_prior(&mut status, prior);
+        app.status = Some(status.clone());
         let (first, decision) = first_sync(&app);
         let outcome = SyncOutcome::Done { live_kinds };
         let settled = settle(&app, &decision, &first, &outcome, &Redactor::new(), &at(20));
@@ -1020,26 +1253,24 @@ fn a_done_sync_observes_the_revision_and_shrinks_the_inventory_to_what_is_live()
         assert_eq!(settled.revision.attempts, 1, "{row}");
         assert_eq!(settled.revision.failure, None, "{row}");
         assert_eq!(settled.revision.started_at, Some(at(10)), "{row}");
+        assert_eq!(settled.revision.completed_at, None, "{row}: observed, not complete");
         let status = &settled.status;
         assert_eq!(status.sync.state, SyncState::Synced, "{row}");
         assert_eq!(status.sync.last_transition_time, Some(at(20)), "{row}");
         assert_eq!(status.deployed_revision.as_deref(), Some(C1), "{row}");
         assert_eq!(status.deployed_revision_short.as_deref(), Some("0123456789ab"), "{row}");
         assert_eq!(status.managed_kinds, kinds, "{row}");
-        let condition = ready(status).expect("Ready");
-        assert_eq!(
-            (condition.status.as_str(), condition.reason.as_str()),
-            (after, reason),
-            "{row}"
-        );
-        assert_eq!(condition.last_transition_time, at(since), "{row}");
-        if reason == "Progressing" {
-            assert_eq!(
-                condition.message,
-                format!("commit {C1} applied; waiting for its resources to become Healthy")
-            );
+        assert_eq!(ready(status), ready(&status_before(&app)), "{row}: Ready keeps its value");
+        if prior != Prior::None {
+            let condition = ready(status).expect("Ready");
+            assert_eq!(condition.last_transition_time, at(5), "{row}: no transition");
+            assert_eq!(condition.observed_generation, Some(1), "{row}");
         }
     }
+}
+
+fn status_before(app: &Application) -> ApplicationStatus {
+    app.status.clone().expect("a status")
 }
 
 #[test]
@@ -1156,10 +1387,12 @@ fn a_persisting_conflict_is_not_rewritten_on_every_reconcile() {
     let mut planned_state = planned_with(&state, conflicting, PrunePlan::default(), None);
     let first = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(revision_status(&first).phase, Some(RevisionPhase::Failed));
+    assert_eq!(first.requeue_after, Some(rollout::backoff(1)));
     app.status = first.status.clone();
     planned_state.revision = first.revision.clone();
-    // The other manager still holds the field: the same conflict, nothing new to write.
-    let again = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    // The other manager still holds the field: the same conflict, nothing new to write while the
+    // backoff runs.
+    let again = decide(&app, &planned(&planned_state), &Redactor::new(), &at(15));
     assert_eq!(again.step, Step::Report);
     assert!(again.events.is_empty(), "{:?}", again.events);
     assert!(again.status.is_none());
@@ -1168,7 +1401,37 @@ fn a_persisting_conflict_is_not_rewritten_on_every_reconcile() {
         "the Failed Revision is rewritten: {:?}",
         again.revision.and_then(|r| r.status).map(|s| (s.attempts, s.completed_at))
     );
+    assert_eq!(again.requeue_after, Some(Duration::from_secs(5)));
     assert_eq!(revision_status(&first).attempts, 1, "the conflicting attempt counts");
+    // The backoff is over and the one attempt is used: retries stop, once.
+    let blocked = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    assert_eq!(blocked.step, Step::Report);
+    assert!(blocked.revision.is_none(), "the Failed Revision is not rewritten");
+    assert_eq!(reasons(&blocked.events), vec!["RetryBlocked"]);
+    let status = blocked.status.clone().expect("written");
+    let condition = ready(&status).expect("Ready");
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str(), &condition.last_transition_time),
+        ("False", "RetryBlocked", &at(10))
+    );
+    assert_eq!(
+        squeezed(&condition.message),
+        format!(
+            "retries stopped after 1 attempt(s) (spec.strategy.failurePolicy.maxAttempts); last \
+             failure: ConflictFailure: {}",
+            revision_status(&first).failure.as_ref().expect("a failure").message
+        )
+    );
+    assert_eq!(blocked.events[0].1, condition.message);
+    app.status = Some(status);
+    for now in [30, 600] {
+        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(now));
+        assert_eq!(d.step, Step::Report, "at {now}");
+        assert!(d.events.is_empty(), "at {now}: {:?}", d.events);
+        assert!(d.status.is_none(), "at {now}");
+        assert!(d.revision.is_none(), "at {now}");
+        assert_eq!(d.requeue_after, None, "at {now}");
+    }
 }
 
 #[test]
@@ -1276,4 +1539,1198 @@ fn diagnosis_is_cleared_when_a_reconcile_fails_before_health_is_observed() {
     };
     let settled = settle(&app, &decision, &first, &outcome, &Redactor::new(), &at(20));
     assert_eq!(settled.status.diagnosis, vec![], "ApplyFailure");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rollout lifecycle: observing an attempt's health
+// ---------------------------------------------------------------------------------------------
+
+fn object_health(group: &str, kind: &str, name: &str, state: HealthState) -> ObjectHealth {
+    let api_version = if group.is_empty() { "v1".to_owned() } else { format!("{group}/v1") };
+    ObjectHealth {
+        key: key(group, kind, name),
+        api_version,
+        state,
+        message: format!("{name} reports {}", state.as_str()),
+    }
+}
+
+/// The health of [`web`]'s ConfigMap web/settings and Deployment web/api.
+fn web_health(settings: HealthState, api: HealthState) -> Vec<ObjectHealth> {
+    vec![
+        object_health("", "ConfigMap", "settings", settings),
+        object_health("apps", "Deployment", "api", api),
+    ]
+}
+
+/// [`web_health`] of two states, or no health at all.
+fn health_of(states: &[HealthState]) -> Vec<ObjectHealth> {
+    match states {
+        [settings, api] => web_health(*settings, *api),
+        [] => vec![],
+        _ => panic!("two states or none: {states:?}"),
+    }
+}
+
+fn resource(api_version: &str, kind: &str, name: &str) -> ResourceRef {
+    ResourceRef {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        namespace: DESTINATION.into(),
+        name: name.into(),
+    }
+}
+
+fn counts_of(healthy: i64, progressing: i64, degraded: i64, unknown: i64) -> ResourceCounts {
+    ResourceCounts { healthy, progressing, degraded, unknown }
+}
+
+/// `app`'s first sync of [`web`]: decided at 10 (the attempt starts then), applied and settled
+/// at 20.
+fn applied(app: &Application) -> (Decision, Settled) {
+    let (first, decision) = first_sync(app);
+    let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
+    let settled = settle(app, &decision, &first, &done, &Redactor::new(), &at(20));
+    (decision, settled)
+}
+
+/// A reconcile of `app` at `now` finding [`web`] live as desired (an all-Unchanged plan), its
+/// Revision `revision`, and `health`.
+fn reconcile(
+    app: &Application,
+    revision: Revision,
+    health: Vec<ObjectHealth>,
+    now: i64,
+) -> Decision {
+    let mut planned_state = planned_with(&web(), unchanged, PrunePlan::default(), Some(revision));
+    planned_state.health = health;
+    decide(app, &planned(&planned_state), &Redactor::new(), &at(now))
+}
+
+/// After [`applied`]: the Revision once its rollout completed (at 30), and the Application status
+/// once a later reconcile (at 40) found it still Healthy.
+fn completed_and_watched(decision: &Decision, settled: &Settled) -> (Revision, ApplicationStatus) {
+    let mut app = automatic();
+    app.status = Some(settled.status.clone());
+    let healthy = web_health(HealthState::Healthy, HealthState::Healthy);
+    let completed =
+        reconcile(&app, stored(decision, settled.revision.clone()), healthy.clone(), 30);
+    let revision = completed.revision.expect("the Revision completes");
+    app.status = completed.status;
+    let watched = reconcile(&app, revision.clone(), healthy, 40);
+    (revision, watched.status.or(app.status).expect("a status"))
+}
+
+type Condition = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// A condition as (status, reason, message, lastTransitionTime, observedGeneration).
+fn parts(condition: &Condition) -> (&str, &str, &str, &Time, Option<i64>) {
+    (
+        condition.status.as_str(),
+        condition.reason.as_str(),
+        condition.message.as_str(),
+        &condition.last_transition_time,
+        condition.observed_generation,
+    )
+}
+
+fn rollout_complete(status: &RevisionStatus) -> &Condition {
+    conditions::get(&status.conditions, ConditionType::RolloutComplete).expect("RolloutComplete")
+}
+
+/// How an observed attempt ends up.
+#[derive(Clone, Debug)]
+enum Outcome {
+    /// Still observing; look again after this many seconds.
+    Waits(u64),
+    /// Healthy: the rollout completes.
+    Completes,
+    /// Failed for this reason, on this resource, with this message.
+    Fails(FailureReason, ResourceRef, String),
+}
+
+#[test]
+fn an_observed_attempt_completes_fails_or_waits_on_its_health() {
+    use HealthState::{Degraded, Healthy, Progressing, Suspended, Unknown};
+    struct Row {
+        what: &'static str,
+        /// spec.health.timeout and spec.strategy.failurePolicy.timeout.
+        timeouts: (Option<&'static str>, Option<&'static str>),
+        /// The attempt's startedAt.
+        started: i64,
+        health: Vec<ObjectHealth>,
+        now: i64,
+        prior: Prior,
+        /// The aggregate health and the counts.
+        state: HealthState,
+        counts: ResourceCounts,
+        outcome: Outcome,
+    }
+    let api = || resource("apps/v1", "Deployment", "api");
+    let settings = || resource("v1", "ConfigMap", "settings");
+    let still = |object: &str, state: &str, after: &str, tally: &str| {
+        format!("{object} is still {state} after {after}: {tally}")
+    };
+    let api_progressing =
+        "api reports Progressing (1 healthy, 1 progressing, 0 degraded, 0 unknown)";
+    let timeout = |after: &str| {
+        Outcome::Fails(
+            FailureReason::TimeoutFailure,
+            api(),
+            still("Deployment.apps web/api", "Progressing", after, api_progressing),
+        )
+    };
+    let mut rows = Vec::new();
+    // Every object Healthy or Suspended, or none at all: the rollout completes.
+    // (what, health of settings and api, aggregate, Ready before, now)
+    let done: [(&str, &[HealthState], HealthState, Prior, i64); 7] = [
+        ("Healthy", &[Healthy, Healthy], Healthy, Prior::None, 30),
+        ("Healthy, Ready True before", &[Healthy, Healthy], Healthy, Prior::True, 30),
+        ("Healthy, Ready False before", &[Healthy, Healthy], Healthy, Prior::False, 30),
+        ("a Suspended workload counts as done", &[Healthy, Suspended], Suspended, Prior::None, 30),
+        ("all Suspended", &[Suspended, Suspended], Suspended, Prior::True, 30),
+        ("nothing to observe", &[], Healthy, Prior::None, 30),
+        ("Healthy at the very deadline", &[Healthy, Healthy], Healthy, Prior::None, 310),
+    ];
+    for (what, states, state, prior, now) in done {
+        let counts = counts_of(states.len() as i64, 0, 0, 0);
+        let health = health_of(states);
+        let outcome = Outcome::Completes;
+        rows.push(Row {
+            what,
+            timeouts: (None, None),
+            started: 10,
+            health,
+            now,
+            prior,
+            state,
+            counts,
+            outcome,
+        });
+    }
+    // settings Healthy, api Progressing: wait, looking again every 5 s or at the deadline, and
+    // fail with TimeoutFailure from the deadline on. The deadline is startedAt plus the smaller of
+    // spec.health.timeout and spec.strategy.failurePolicy.timeout ("": unset), 5 min when neither
+    // is set (ruling 4); each attempt gets the whole time from its own startedAt.
+    enum Then {
+        Waits(u64),
+        TimesOut(&'static str),
+    }
+    use Then::{TimesOut, Waits};
+    // (what, (health.timeout, failurePolicy.timeout), startedAt, now, Ready before, then)
+    type Waiting = (&'static str, (&'static str, &'static str), i64, i64, Prior, Then);
+    let progressing: [Waiting; 18] = [
+        ("Progressing", ("", ""), 10, 30, Prior::True, Waits(5)),
+        ("Progressing, Ready False before", ("", ""), 10, 30, Prior::False, Waits(5)),
+        ("Progressing, no Ready yet", ("", ""), 10, 30, Prior::None, Waits(5)),
+        ("3 s left", ("", ""), 10, 307, Prior::True, Waits(3)),
+        ("just before the deadline", ("", ""), 10, 309, Prior::True, Waits(1)),
+        ("at the deadline", ("", ""), 10, 310, Prior::True, TimesOut("300s")),
+        ("at the deadline, no Ready yet", ("", ""), 10, 310, Prior::None, TimesOut("300s")),
+        ("long after the deadline", ("", ""), 10, 900, Prior::False, TimesOut("300s")),
+        ("90s of 90s and 2m", ("90s", "2m"), 10, 99, Prior::True, Waits(1)),
+        ("90s of 90s and 2m", ("90s", "2m"), 10, 100, Prior::True, TimesOut("90s")),
+        ("1m of 3m and 1m", ("3m", "1m"), 10, 69, Prior::True, Waits(1)),
+        ("1m of 3m and 1m", ("3m", "1m"), 10, 70, Prior::True, TimesOut("60s")),
+        ("failurePolicy 2m alone", ("", "2m"), 10, 129, Prior::True, Waits(1)),
+        ("failurePolicy 2m alone", ("", "2m"), 10, 130, Prior::True, TimesOut("120s")),
+        ("health 90s alone", ("90s", ""), 10, 100, Prior::True, TimesOut("90s")),
+        ("a later attempt", ("", ""), 200, 400, Prior::True, Waits(5)),
+        ("a later attempt, just before", ("", ""), 200, 499, Prior::True, Waits(1)),
+        ("a later attempt, at its deadline", ("", ""), 200, 500, Prior::True, TimesOut("300s")),
+    ];
+    let set = |text: &'static str| (!text.is_empty()).then_some(text);
+    for (what, (health, policy), started, now, prior, then) in progressing {
+        let outcome = match then {
+            Waits(seconds) => Outcome::Waits(seconds),
+            TimesOut(after) => timeout(after),
+        };
+        rows.push(Row {
+            what,
+            timeouts: (set(health), set(policy)),
+            started,
+            health: web_health(Healthy, Progressing),
+            now,
+            prior,
+            state: Progressing,
+            counts: counts_of(1, 1, 0, 0),
+            outcome,
+        });
+    }
+    let row = |what, health, now, prior, state, counts, outcome| Row {
+        what,
+        timeouts: (None, None),
+        started: 10,
+        health,
+        now,
+        prior,
+        state,
+        counts,
+        outcome,
+    };
+    rows.extend([
+        // Unknown is waited for like Progressing.
+        row(
+            "Unknown, just before the deadline",
+            web_health(Unknown, Healthy),
+            309,
+            Prior::True,
+            Unknown,
+            counts_of(1, 0, 0, 1),
+            Outcome::Waits(1),
+        ),
+        row(
+            "Unknown at the deadline",
+            web_health(Unknown, Healthy),
+            310,
+            Prior::True,
+            Unknown,
+            counts_of(1, 0, 0, 1),
+            Outcome::Fails(
+                FailureReason::TimeoutFailure,
+                settings(),
+                still(
+                    "ConfigMap web/settings",
+                    "Unknown",
+                    "300s",
+                    "settings reports Unknown (1 healthy, 0 progressing, 0 degraded, 1 unknown)",
+                ),
+            ),
+        ),
+        // Degraded fails at once, long before the deadline, and wins over it.
+        row(
+            "Degraded",
+            web_health(Healthy, Degraded),
+            21,
+            Prior::True,
+            Degraded,
+            counts_of(1, 0, 1, 0),
+            Outcome::Fails(
+                FailureReason::HealthFailure,
+                api(),
+                "Deployment.apps web/api is Degraded: api reports Degraded (1 healthy, 0 \
+                 progressing, 1 degraded, 0 unknown)"
+                    .into(),
+            ),
+        ),
+        row(
+            "Degraded and Progressing",
+            web_health(Degraded, Progressing),
+            30,
+            Prior::None,
+            Degraded,
+            counts_of(0, 1, 1, 0),
+            Outcome::Fails(
+                FailureReason::HealthFailure,
+                settings(),
+                "ConfigMap web/settings is Degraded: settings reports Degraded (0 healthy, 1 \
+                 progressing, 1 degraded, 0 unknown)"
+                    .into(),
+            ),
+        ),
+        row(
+            "Degraded at the deadline",
+            web_health(Progressing, Degraded),
+            310,
+            Prior::False,
+            Degraded,
+            counts_of(0, 1, 1, 0),
+            Outcome::Fails(
+                FailureReason::HealthFailure,
+                api(),
+                "Deployment.apps web/api is Degraded: api reports Degraded (0 healthy, 1 \
+                 progressing, 1 degraded, 0 unknown)"
+                    .into(),
+            ),
+        ),
+    ]);
+    let (decision, settled) = applied(&automatic());
+    let hash = web().hash;
+    let name = revision_name(APP, C1, &hash);
+    for Row { what, timeouts, started, health, now, prior, state, counts, outcome } in rows {
+        let row = format!("{what} at {now} ({prior:?})");
+        let mut app = automatic();
+        // The spec changed since Ready was last computed (generation 1).
+        app.metadata.generation = Some(3);
+        if let Some(timeout) = timeouts.0 {
+            app.spec.health = Some(serde_json::from_value(json!({"timeout": timeout})).expect("h"));
+        }
+        app.spec.strategy.failure_policy.timeout = timeouts.1.map(str::to_owned);
+        let mut before = settled.status.clone();
+        with_prior(&mut before, prior);
+        app.status = Some(before.clone());
+        let mut revision_state = settled.revision.clone();
+        revision_state.started_at = Some(at(started));
+        let d = reconcile(&app, stored(&decision, revision_state), health, now);
+
+        assert_eq!(d.step, Step::Report, "{row}");
+        let status = d.status.as_ref().expect("the health is written");
+        assert_eq!(status.sync.state, SyncState::Synced, "{row}");
+        assert_eq!(status.deployed_revision.as_deref(), Some(C1), "{row}");
+        assert_eq!(status.observed_generation, Some(3), "{row}");
+        assert_eq!(status.state, state, "{row}");
+        assert_eq!(status.health.state, state, "{row}");
+        let moved = (state != HealthState::Unknown).then(|| at(now));
+        assert_eq!(status.health.last_transition_time, moved, "{row}");
+        assert_eq!(status.resources, counts, "{row}");
+        let rs = revision_status(&d);
+        assert_eq!(rs.health.as_ref(), Some(&counts), "{row}");
+        assert_eq!((rs.attempts, &rs.started_at), (1, &Some(at(started))), "{row}");
+        let condition = ready(status);
+        // A condition that changes status moves lastTransitionTime; one that keeps it does not.
+        let since = |value: &str| {
+            let kept = ready(&before).is_some_and(|c| c.status == value);
+            if kept { at(5) } else { at(now) }
+        };
+        match outcome {
+            Outcome::Waits(seconds) => {
+                assert_eq!(d.requeue_after, Some(Duration::from_secs(seconds)), "{row}");
+                assert!(d.events.is_empty(), "{row}: {:?}", d.events);
+                assert_eq!(condition, ready(&before), "{row}: Ready keeps its value");
+                assert_eq!(rs.phase, Some(RevisionPhase::Observing), "{row}");
+                assert_eq!((&rs.completed_at, &rs.failure), (&None, &None), "{row}");
+                assert_eq!(rs.deployed_desired_state_hash, None, "{row}");
+                assert_eq!(
+                    parts(rollout_complete(rs)),
+                    ("False", "RollingOut", "applying the Revision's groups", &at(10), None),
+                    "{row}"
+                );
+            }
+            Outcome::Completes => {
+                assert_eq!(d.requeue_after, None, "{row}");
+                assert_eq!(
+                    d.events,
+                    vec![(
+                        EventReason::DeploymentHealthy,
+                        format!("Revision {name}: every managed resource is Healthy")
+                    )],
+                    "{row}"
+                );
+                let message = format!("Revision {name} (commit {C1}) is Healthy");
+                assert_eq!(
+                    parts(condition.expect("Ready")),
+                    ("True", "Healthy", message.as_str(), &since("True"), Some(3)),
+                    "{row}"
+                );
+                assert_eq!(rs.phase, Some(RevisionPhase::Healthy), "{row}");
+                assert_eq!((&rs.completed_at, &rs.failure), (&Some(at(now)), &None), "{row}");
+                assert_eq!(rs.deployed_desired_state_hash.as_deref(), Some(hash.as_str()), "{row}");
+                assert_eq!(
+                    parts(rollout_complete(rs)),
+                    (
+                        "True",
+                        "RolloutSucceeded",
+                        "every group is applied and Healthy",
+                        &at(now),
+                        None
+                    ),
+                    "{row}"
+                );
+            }
+            Outcome::Fails(reason, resource, message) => {
+                assert_eq!(d.requeue_after, Some(rollout::backoff(1)), "{row}");
+                assert_eq!(
+                    d.events,
+                    vec![(EventReason::Failure(reason), message.clone())],
+                    "{row}"
+                );
+                assert_eq!(
+                    parts(condition.expect("Ready")),
+                    ("False", reason.as_str(), message.as_str(), &since("False"), Some(3)),
+                    "{row}"
+                );
+                assert_eq!(rs.phase, Some(RevisionPhase::Failed), "{row}");
+                assert_eq!(rs.completed_at, Some(at(now)), "{row}");
+                assert_eq!(
+                    rs.failure,
+                    Some(Failure { reason, message, resource: Some(resource), retryable: true }),
+                    "{row}"
+                );
+                assert_eq!(rs.deployed_desired_state_hash, None, "{row}");
+                assert_eq!(
+                    parts(rollout_complete(rs)),
+                    ("False", "RollingOut", "applying the Revision's groups", &at(10), None),
+                    "{row}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn an_attempt_still_progressing_is_not_rewritten_once_its_health_is_recorded() {
+    let (decision, settled) = applied(&automatic());
+    let mut app = automatic();
+    app.status = Some(settled.status.clone());
+    let progressing = web_health(HealthState::Healthy, HealthState::Progressing);
+    let first =
+        reconcile(&app, stored(&decision, settled.revision.clone()), progressing.clone(), 30);
+    let revision = first.revision.clone().expect("the health counts are recorded");
+    app.status = first.status.clone();
+    let again = reconcile(&app, revision, progressing, 35);
+    assert!(again.revision.is_none(), "{:?}", again.revision);
+    assert!(again.status.is_none(), "{:?}", again.status);
+    assert!(again.events.is_empty());
+    assert_eq!(again.requeue_after, Some(rollout::OBSERVE_EVERY));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rollout lifecycle: a finished rollout
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_finished_rollout_follows_its_health_with_one_health_degraded_event() {
+    use HealthState::{Degraded, Healthy, Progressing, Suspended, Unknown};
+    let (decision, settled) = applied(&automatic());
+    let mut app = automatic();
+    app.status = Some(settled.status.clone());
+    let completed = reconcile(
+        &app,
+        stored(&decision, settled.revision.clone()),
+        web_health(Healthy, Healthy),
+        30,
+    );
+    let revision = completed.revision.clone().expect("completed");
+    app.status = completed.status.clone();
+    let name = revision_name(APP, C1, &web().hash);
+    assert_eq!(
+        parts(ready(app.status.as_ref().expect("status")).expect("Ready")),
+        (
+            "True",
+            "Healthy",
+            format!("Revision {name} (commit {C1}) is Healthy").as_str(),
+            &at(30),
+            Some(1)
+        )
+    );
+
+    let healthy = format!("commit {C1} is Healthy");
+    let api_degraded = "Deployment.apps web/api is Degraded: api reports Degraded (1 healthy, 0 \
+                        progressing, 1 degraded, 0 unknown)";
+    let api_progressing = "Deployment.apps web/api is Progressing: api reports Progressing (1 \
+                           healthy, 1 progressing, 0 degraded, 0 unknown)";
+    let settings_progressing = "ConfigMap web/settings is Progressing: settings reports \
+                                Progressing (1 healthy, 1 progressing, 0 degraded, 0 unknown)";
+    let api_unknown = "Deployment.apps web/api is Unknown: api reports Unknown (1 healthy, 0 \
+                       progressing, 0 degraded, 1 unknown)";
+    let healthy = healthy.as_str();
+    // (now, health of settings and api, Ready reason (True with Healthy, False otherwise) and
+    //  message, its lastTransitionTime, status written, HealthDegraded Event, aggregate health).
+    // While not Healthy, the decision looks again every 5 s.
+    type Row<'a> = (i64, [HealthState; 2], &'a str, &'a str, i64, bool, bool, HealthState);
+    let steps: Vec<Row> = vec![
+        // Still Healthy: Ready stays True; only its message is the steady one.
+        (40, [Healthy, Healthy], "Healthy", healthy, 30, true, false, Healthy),
+        (45, [Healthy, Healthy], "Healthy", healthy, 30, false, false, Healthy),
+        // A resource stops being Healthy while nothing changed in Git: one HealthDegraded.
+        (50, [Healthy, Degraded], "Degraded", api_degraded, 50, true, true, Degraded),
+        (55, [Healthy, Degraded], "Degraded", api_degraded, 50, false, false, Degraded),
+        (60, [Healthy, Progressing], "Progressing", api_progressing, 50, true, false, Progressing),
+        // Recovered: True again, with a transition.
+        (70, [Healthy, Healthy], "Healthy", healthy, 70, true, false, Healthy),
+        (
+            80,
+            [Progressing, Healthy],
+            "Progressing",
+            settings_progressing,
+            80,
+            true,
+            true,
+            Progressing,
+        ),
+        // A Suspended workload is done.
+        (90, [Healthy, Suspended], "Healthy", healthy, 90, true, false, Suspended),
+        // Unknown is not done: Progressing.
+        (100, [Healthy, Unknown], "Progressing", api_unknown, 100, true, true, Unknown),
+        (110, [Healthy, Degraded], "Degraded", api_degraded, 100, true, false, Degraded),
+        (120, [Healthy, Healthy], "Healthy", healthy, 120, true, false, Healthy),
+    ];
+    for (now, [settings, api], reason, message, since, written, degraded, state) in steps {
+        let value = if reason == "Healthy" { "True" } else { "False" };
+        let again = value == "False";
+        let before = app.status.clone().expect("status");
+        let d = reconcile(&app, revision.clone(), web_health(settings, api), now);
+        let row = format!("at {now}: {settings:?}, {api:?}");
+        assert_eq!(d.step, Step::Report, "{row}");
+        assert!(d.revision.is_none(), "{row}: the Healthy Revision is not rewritten");
+        assert_eq!(d.status.is_some(), written, "{row}");
+        let events =
+            if degraded { vec![(EventReason::HealthDegraded, message.to_owned())] } else { vec![] };
+        assert_eq!(d.events, events, "{row}");
+        assert_eq!(d.requeue_after, again.then_some(rollout::OBSERVE_EVERY), "{row}");
+        let status = d.status.unwrap_or(before);
+        assert_eq!(
+            parts(ready(&status).expect("Ready")),
+            (value, reason, message, &at(since), Some(1)),
+            "{row}"
+        );
+        assert_eq!((status.state, status.health.state), (state, state), "{row}");
+        assert_eq!(status.sync.state, SyncState::Synced, "{row}");
+        assert_eq!(status.deployed_revision.as_deref(), Some(C1), "{row}");
+        app.status = Some(status);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rollout lifecycle: Ready keeps its value while a rollout runs
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn ready_keeps_its_value_while_a_rollout_is_planned_applied_awaits_approval_or_progresses() {
+    #[derive(Clone, Copy, Debug)]
+    enum Moment {
+        /// A new desired state, planned and applying.
+        Planned,
+        /// Its sync done.
+        Applied,
+        /// Applied and still Progressing.
+        Progressing,
+        /// Manual sync: waiting for an approval.
+        AwaitingApproval,
+        /// Manual sync: the approval is for another plan digest.
+        ApprovalStale,
+        /// Manual sync: approved, applying.
+        Approved,
+        /// Drift reported without selfHeal, while the rollout is observed.
+        DriftWhileObserving,
+        /// Drift reported without selfHeal after the rollout completed (health unchanged).
+        DriftWhenFinished,
+        /// A selfHeal repair applying.
+        Repair,
+    }
+    let moments = [
+        Moment::Planned,
+        Moment::Applied,
+        Moment::Progressing,
+        Moment::AwaitingApproval,
+        Moment::ApprovalStale,
+        Moment::Approved,
+        Moment::DriftWhileObserving,
+        Moment::DriftWhenFinished,
+        Moment::Repair,
+    ];
+    let (decision, settled) = applied(&automatic());
+    let (completed, watched) = completed_and_watched(&decision, &settled);
+    let state = web();
+    let name = revision_name(APP, C1, &state.hash);
+    for moment in moments {
+        for prior in [Prior::True, Prior::False] {
+            let row = format!("{moment:?}, {prior:?}");
+            let sync = match moment {
+                Moment::AwaitingApproval | Moment::ApprovalStale | Moment::Approved => {
+                    json!({"automatic": false, "prune": true})
+                }
+                Moment::Repair => json!({"automatic": true, "prune": true, "selfHeal": true}),
+                _ => json!({"automatic": true, "prune": true}),
+            };
+            let mut app = application(sync, 1);
+            // Ready was computed for generation 1; the spec moved since.
+            app.metadata.generation = Some(2);
+            let mut before = match moment {
+                Moment::Applied | Moment::Progressing | Moment::DriftWhileObserving => {
+                    settled.status.clone()
+                }
+                Moment::DriftWhenFinished | Moment::Repair => watched.clone(),
+                _ => app.status.clone().expect("status"),
+            };
+            before.conditions.clear();
+            with_prior(&mut before, prior);
+            app.status = Some(before.clone());
+            let digest = || planned_with(&state, absent, PrunePlan::default(), None).plan.digest;
+            let fresh = |app: &Application| {
+                let planned_state = planned_with(&state, absent, PrunePlan::default(), None);
+                decide(app, &planned(&planned_state), &Redactor::new(), &at(30))
+            };
+            let drift = |app: &Application, revision: Revision| {
+                let mut planned_state =
+                    planned_with(&state, drifted, PrunePlan::default(), Some(revision));
+                planned_state.health = web_health(HealthState::Healthy, HealthState::Healthy);
+                decide(app, &planned(&planned_state), &Redactor::new(), &at(50))
+            };
+            let observing = || stored(&decision, settled.revision.clone());
+            // (the decision, or the settled status of a sync)
+            let (d, after) = match moment {
+                Moment::Planned | Moment::AwaitingApproval => (Some(fresh(&app)), None),
+                Moment::ApprovalStale => {
+                    approve(&mut app, &name, "sha256:another-plan", None);
+                    (Some(fresh(&app)), None)
+                }
+                Moment::Approved => {
+                    approve(&mut app, &name, &digest(), None);
+                    (Some(fresh(&app)), None)
+                }
+                Moment::Applied => {
+                    let (first, d) = first_sync(&app);
+                    let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
+                    let settled = settle(&app, &d, &first, &done, &Redactor::new(), &at(20));
+                    assert!(settled.events.is_empty(), "{row}");
+                    (None, Some(settled.status))
+                }
+                Moment::Progressing => {
+                    let health = web_health(HealthState::Healthy, HealthState::Progressing);
+                    (Some(reconcile(&app, observing(), health, 30)), None)
+                }
+                Moment::DriftWhileObserving => (Some(drift(&app, observing())), None),
+                Moment::DriftWhenFinished | Moment::Repair => {
+                    (Some(drift(&app, completed.clone())), None)
+                }
+            };
+            let after = match d {
+                Some(d) => {
+                    let (step, sync, events): (bool, SyncState, Vec<&str>) = match moment {
+                        Moment::Planned | Moment::Approved => {
+                            (true, SyncState::Applying, vec!["PlanCreated", "DeploymentStarted"])
+                        }
+                        Moment::AwaitingApproval => (
+                            false,
+                            SyncState::AwaitingApproval,
+                            vec!["PlanCreated", "ApprovalRequired"],
+                        ),
+                        Moment::ApprovalStale => (
+                            false,
+                            SyncState::AwaitingApproval,
+                            vec!["PlanCreated", "ApprovalStale"],
+                        ),
+                        Moment::Progressing => (false, SyncState::Synced, vec![]),
+                        Moment::DriftWhileObserving | Moment::DriftWhenFinished => {
+                            (false, SyncState::Drifted, vec![])
+                        }
+                        Moment::Repair => (true, SyncState::Applying, vec!["DeploymentStarted"]),
+                        Moment::Applied => unreachable!(),
+                    };
+                    assert_eq!(matches!(d.step, Step::Sync { .. }), step, "{row}");
+                    assert_eq!(reasons(&d.events), events, "{row}");
+                    let status = d.status.expect("written");
+                    assert_eq!(status.sync.state, sync, "{row}");
+                    status
+                }
+                None => after.expect("settled"),
+            };
+            assert_eq!(ready(&after), ready(&before), "{row}: Ready keeps its value");
+            let condition = ready(&after).expect("Ready");
+            assert_eq!(
+                (&condition.last_transition_time, condition.observed_generation),
+                (&at(5), Some(1)),
+                "{row}: no transition, and the generation it was computed for"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_ready_the_decision_computes_carries_the_generation_it_was_computed_for() {
+    use HealthState::{Degraded, Healthy, Progressing};
+    let (decision, settled) = applied(&automatic());
+    let (completed, watched) = completed_and_watched(&decision, &settled);
+    // Each case runs at generation 3 with a Ready computed for generation 1 before.
+    let app_with = |status: &ApplicationStatus, prior: Prior| {
+        let mut app = automatic();
+        app.metadata.generation = Some(3);
+        let mut status = status.clone();
+        status.conditions.clear();
+        with_prior(&mut status, prior);
+        app.status = Some(status);
+        app
+    };
+    let fresh = app_with(&automatic().status.expect("status"), Prior::True);
+    let observing = app_with(&settled.status, Prior::True);
+    let finished = app_with(&watched, Prior::True);
+    let degraded = {
+        let mut status = watched.clone();
+        status.conditions.clear();
+        set_ready(&mut status, Status::False, "Degraded", 5);
+        let mut app = automatic();
+        app.metadata.generation = Some(3);
+        app.status = Some(status);
+        app
+    };
+    let observing_revision = || stored(&decision, settled.revision.clone());
+    // (case, the written status, Ready status and reason)
+    type Case = (&'static str, ApplicationStatus, (&'static str, &'static str));
+    let written = |d: Decision| d.status.expect("written");
+    let mut cases: Vec<Case> = vec![
+        (
+            "a failure before the plan",
+            written(decide(
+                &fresh,
+                &failed(FailureReason::SourceFailure, "down", None, None),
+                &Redactor::new(),
+                &at(30),
+            )),
+            ("False", "SourceFailure"),
+        ),
+        (
+            "a conflict",
+            written(decide(
+                &fresh,
+                &planned(&planned_with(&web(), conflicting, PrunePlan::default(), None)),
+                &Redactor::new(),
+                &at(30),
+            )),
+            ("False", "ConflictFailure"),
+        ),
+        (
+            "completion",
+            written(reconcile(&observing, observing_revision(), web_health(Healthy, Healthy), 30)),
+            ("True", "Healthy"),
+        ),
+        (
+            "a health failure",
+            written(reconcile(&observing, observing_revision(), web_health(Healthy, Degraded), 30)),
+            ("False", "HealthFailure"),
+        ),
+        (
+            "a timeout",
+            written(reconcile(
+                &observing,
+                observing_revision(),
+                web_health(Healthy, Progressing),
+                400,
+            )),
+            ("False", "TimeoutFailure"),
+        ),
+        (
+            "a finished rollout Degraded",
+            written(reconcile(&finished, completed.clone(), web_health(Healthy, Degraded), 50)),
+            ("False", "Degraded"),
+        ),
+        (
+            "a finished rollout Progressing",
+            written(reconcile(&finished, completed.clone(), web_health(Progressing, Healthy), 50)),
+            ("False", "Progressing"),
+        ),
+        (
+            "a finished rollout recovered",
+            written(reconcile(&degraded, completed.clone(), web_health(Healthy, Healthy), 50)),
+            ("True", "Healthy"),
+        ),
+    ];
+    // A failed sync step.
+    let (first, d) = first_sync(&fresh);
+    let outcome = SyncOutcome::Failed {
+        reason: FailureReason::ApplyFailure,
+        message: "no".into(),
+        resource: None,
+    };
+    let failed_sync = settle(&fresh, &d, &first, &outcome, &Redactor::new(), &at(20));
+    cases.push(("a failed sync", failed_sync.status.clone(), ("False", "ApplyFailure")));
+    // Retries blocked: the failure was reported for generation 3 too.
+    let mut blocked_app = fresh.clone();
+    blocked_app.status = Some(failed_sync.status.clone());
+    let failed_revision = stored(&d, failed_sync.revision.clone());
+    let planned_state =
+        planned_with(&web(), unchanged, PrunePlan::default(), Some(failed_revision));
+    cases.push((
+        "retries blocked",
+        written(decide(&blocked_app, &planned(&planned_state), &Redactor::new(), &at(30))),
+        ("False", "RetryBlocked"),
+    ));
+    for (case, status, (value, reason)) in cases {
+        let condition = ready(&status).expect("Ready");
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str(), condition.observed_generation),
+            (value, reason, Some(3)),
+            "{case}"
+        );
+        assert_eq!(status.observed_generation, Some(3), "{case}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rollout lifecycle: manual approval
+// ---------------------------------------------------------------------------------------------
+
+fn approve(app: &mut Application, revision: &str, digest: &str, approved_at: Option<&str>) {
+    let mut annotations: std::collections::BTreeMap<String, String> = [
+        (keys::APPROVED_REVISION.to_owned(), revision.to_owned()),
+        (keys::APPROVED_DIGEST.to_owned(), digest.to_owned()),
+        (keys::APPROVED_BY.to_owned(), "alice".to_owned()),
+    ]
+    .into();
+    if let Some(approved_at) = approved_at {
+        annotations.insert(keys::APPROVED_AT.to_owned(), approved_at.to_owned());
+    }
+    app.metadata.annotations = Some(annotations);
+}
+
+#[test]
+fn an_approval_of_the_plan_digest_syncs_and_covers_the_retries() {
+    let mut app = application(json!({"automatic": false, "prune": true}), 2);
+    let state = web();
+    let mut planned_state =
+        planned_with(&state, absent, prune_for(&state, &live_before_first_sync()), None);
+    let name = revision_name(APP, C1, &state.hash);
+    let digest = planned_state.plan.digest.clone();
+    let counts = "2 to create, 0 to update, 1 to delete, 1 unchanged";
+    let feed = |app: &mut Application, planned_state: &mut Planned, d: &Decision| {
+        if let Some(status) = &d.status {
+            app.status = Some(status.clone());
+        }
+        if let Some(revision) = &d.revision {
+            planned_state.revision = Some(revision.clone());
+        }
+    };
+
+    // Planned: waits, naming the digest to approve.
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    assert_eq!(
+        d.events[1],
+        (
+            EventReason::ApprovalRequired,
+            format!("Revision {name} waits for approval (plan digest {digest}): {counts}")
+        )
+    );
+    feed(&mut app, &mut planned_state, &d);
+
+    // An approval of another plan digest: stale, and the Revision waits again.
+    approve(&mut app, &name, "sha256:0000", None);
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    assert_eq!(d.step, Step::Report);
+    assert_eq!(reasons(&d.events), vec!["ApprovalStale"]);
+    assert_eq!(
+        squeezed(&d.events[0].1),
+        format!(
+            "Revision {name} was approved with plan digest sha256:0000, but its plan is now \
+             {digest}; review it and approve again"
+        )
+    );
+    let rs = revision_status(&d);
+    assert_eq!(
+        (rs.phase, rs.attempts, &rs.approval),
+        (Some(RevisionPhase::AwaitingApproval), 0, &None)
+    );
+    assert!(d.status.is_none(), "still AwaitingApproval: {:?}", d.status);
+    feed(&mut app, &mut planned_state, &d);
+
+    // An approval of another Revision does not cover this one.
+    approve(&mut app, "web-another-revision", &digest, None);
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(25));
+    assert_eq!((d.step.clone(), d.events.len()), (Step::Report, 0));
+    assert_eq!(revision_status(&d).phase, Some(RevisionPhase::AwaitingApproval));
+
+    // Approved: the audit record goes to the Revision, and the attempt starts.
+    approve(&mut app, &name, &digest, Some("2026-01-02T03:04:05Z"));
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    assert_eq!(d.step, Step::Sync { prune: vec![managed("v1", "ConfigMap", "old")] });
+    assert_eq!(reasons(&d.events), vec!["DeploymentStarted", "PruneSkipped"]);
+    let record = Approval {
+        approved_by: "alice".into(),
+        approved_at: Time("2026-01-02T03:04:05Z".parse::<Timestamp>().expect("time")),
+        plan_digest: digest.clone(),
+        desired_state_hash: state.hash.clone(),
+        note: None,
+    };
+    let rs = revision_status(&d);
+    assert_eq!(rs.approval.as_ref(), Some(&record));
+    assert_eq!(
+        (rs.phase, rs.attempts, &rs.started_at),
+        (Some(RevisionPhase::Applying), 1, &Some(at(30)))
+    );
+    assert_eq!(d.status.as_ref().map(|s| s.sync.state), Some(SyncState::Applying));
+    let applying = d.clone();
+    feed(&mut app, &mut planned_state, &d);
+
+    // The attempt fails; the approval stays on the Revision.
+    let outcome = SyncOutcome::Failed {
+        reason: FailureReason::ApplyFailure,
+        message: "refused".into(),
+        resource: None,
+    };
+    let settled = settle(&app, &applying, &planned_state, &outcome, &Redactor::new(), &at(40));
+    assert_eq!(settled.revision.approval.as_ref(), Some(&record));
+    app.status = Some(settled.status.clone());
+    planned_state.revision = Some(stored(&applying, settled.revision.clone()));
+    // The annotations are gone (or name another plan): the recorded approval covers the retry of
+    // the same desired state, after the backoff.
+    for annotations in
+        [None, Some(("web-another-revision", "sha256:0000")), Some((name.as_str(), "sha256:0000"))]
+    {
+        let mut app = app.clone();
+        match annotations {
+            None => app.metadata.annotations = None,
+            Some((revision, digest)) => approve(&mut app, revision, digest, None),
+        }
+        let row = format!("{annotations:?}");
+        let waits = decide(&app, &planned(&planned_state), &Redactor::new(), &at(45));
+        assert_eq!(waits.step, Step::Report, "{row}");
+        assert_eq!(waits.requeue_after, Some(Duration::from_secs(5)), "{row}");
+        assert!(waits.events.is_empty() && waits.revision.is_none(), "{row}");
+        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(50));
+        assert_eq!(d.step, Step::Sync { prune: vec![managed("v1", "ConfigMap", "old")] }, "{row}");
+        assert_eq!(reasons(&d.events), vec!["DeploymentStarted", "PruneSkipped"], "{row}");
+        let rs = revision_status(&d);
+        assert_eq!((rs.phase, rs.attempts), (Some(RevisionPhase::Applying), 2), "{row}");
+        assert_eq!(rs.approval.as_ref(), Some(&record), "{row}");
+    }
+}
+
+#[test]
+fn an_approval_without_approved_at_is_recorded_at_the_reconcile() {
+    let mut app = application(json!({"automatic": false}), 1);
+    let state = web();
+    let planned_state = planned_with(&state, absent, PrunePlan::default(), None);
+    let name = revision_name(APP, C1, &state.hash);
+    approve(&mut app, &name, &planned_state.plan.digest, None);
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    assert_eq!(d.step, Step::Sync { prune: vec![] });
+    assert_eq!(reasons(&d.events), vec!["PlanCreated", "DeploymentStarted"]);
+    assert_eq!(
+        revision_status(&d).approval,
+        Some(Approval {
+            approved_by: "alice".into(),
+            approved_at: at(30),
+            plan_digest: planned_state.plan.digest.clone(),
+            desired_state_hash: state.hash.clone(),
+            note: None,
+        })
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The rollout lifecycle: diagnosis
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn diagnosis_is_cleared_when_the_rollout_completes_healthy_and_kept_while_it_is_observed() {
+    use HealthState::{Degraded, Healthy, Progressing, Suspended};
+    let (decision, settled) = applied(&automatic());
+    let (completed, watched) = completed_and_watched(&decision, &settled);
+    let with_diagnosis = |status: &ApplicationStatus| {
+        let mut app = automatic();
+        let mut status = status.clone();
+        status.diagnosis = vec![diagnosis()];
+        app.status = Some(status);
+        app
+    };
+    let observing = with_diagnosis(&settled.status);
+    let observing_revision = || stored(&decision, settled.revision.clone());
+    // (case, decision, diagnosis after)
+    let cases: Vec<(&str, Decision, Vec<Diagnosis>)> = vec![
+        (
+            "completes Healthy",
+            reconcile(&observing, observing_revision(), web_health(Healthy, Healthy), 30),
+            vec![],
+        ),
+        (
+            "completes with a Suspended workload",
+            reconcile(&observing, observing_revision(), web_health(Healthy, Suspended), 30),
+            vec![],
+        ),
+        (
+            "still Progressing",
+            reconcile(&observing, observing_revision(), web_health(Healthy, Progressing), 30),
+            vec![diagnosis()],
+        ),
+        (
+            "a finished rollout Degraded",
+            reconcile(
+                &with_diagnosis(&watched),
+                completed.clone(),
+                web_health(Degraded, Healthy),
+                50,
+            ),
+            vec![diagnosis()],
+        ),
+    ];
+    for (case, d, expected) in cases {
+        let status = d.status.expect("written");
+        assert_eq!(status.diagnosis, expected, "{case}");
+    }
+}
+
+#[test]
+fn diagnosis_is_cleared_when_retries_are_blocked_after_an_apply_failure() {
+    let base = automatic();
+    let (first, decision) = first_sync(&base);
+    let outcome = SyncOutcome::Failed {
+        reason: FailureReason::ApplyFailure,
+        message: "refused".into(),
+        resource: None,
+    };
+    let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
+    let mut app = automatic();
+    let mut status = settled.status.clone();
+    status.diagnosis = vec![diagnosis()];
+    app.status = Some(status);
+    let planned_state = planned_with(
+        &web(),
+        unchanged,
+        PrunePlan::default(),
+        Some(stored(&decision, settled.revision.clone())),
+    );
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let status = d.status.expect("written");
+    assert_eq!(ready(&status).map(|c| c.reason.as_str()), Some("RetryBlocked"));
+    assert_eq!(status.diagnosis, vec![]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bugs of the rollout lifecycle (application.rs contradicts the reference; see each reason)
+// ---------------------------------------------------------------------------------------------
+
+/// `app` after an attempt failed with `reason` (observed at 30 from Observing, or settled at 20),
+/// with a diagnosis in its status; and the Revision.
+fn failed_with_diagnosis(reason: FailureReason) -> (Application, Revision) {
+    let (decision, settled) = applied(&automatic());
+    let mut app = automatic();
+    app.status = Some(settled.status.clone());
+    let health = match reason {
+        FailureReason::HealthFailure => web_health(HealthState::Healthy, HealthState::Degraded),
+        _ => web_health(HealthState::Healthy, HealthState::Progressing),
+    };
+    let now = if reason == FailureReason::TimeoutFailure { 400 } else { 30 };
+    let d = reconcile(&app, stored(&decision, settled.revision.clone()), health, now);
+    let revision = d.revision.expect("failed");
+    assert_eq!(
+        revision.status.as_ref().and_then(|s| s.failure.as_ref()).map(|f| f.reason),
+        Some(reason)
+    );
+    let mut status = d.status.expect("written");
+    status.diagnosis = vec![diagnosis()];
+    app.status = Some(status);
+    (app, revision)
+}
+
+#[test]
+fn diagnosis_is_kept_when_retries_are_blocked_after_a_health_failure() {
+    for reason in [FailureReason::HealthFailure, FailureReason::TimeoutFailure] {
+        let (app, revision) = failed_with_diagnosis(reason);
+        let d = reconcile(
+            &app,
+            revision,
+            web_health(HealthState::Healthy, HealthState::Degraded),
+            1000,
+        );
+        let status = d.status.expect("written");
+        assert_eq!(ready(&status).map(|c| c.reason.as_str()), Some("RetryBlocked"), "{reason:?}");
+        assert_eq!(
+            status.diagnosis,
+            vec![diagnosis()],
+            "{reason:?}: it still explains the failure"
+        );
+    }
+}
+
+#[test]
+fn a_health_failure_does_not_clear_the_diagnosis() {
+    let (decision, settled) = applied(&automatic());
+    for (health, now) in [
+        (web_health(HealthState::Healthy, HealthState::Degraded), 30),
+        (web_health(HealthState::Healthy, HealthState::Progressing), 400),
+    ] {
+        let mut app = automatic();
+        let mut status = settled.status.clone();
+        status.diagnosis = vec![diagnosis()];
+        app.status = Some(status);
+        let d = reconcile(&app, stored(&decision, settled.revision.clone()), health, now);
+        let status = d.status.expect("written");
+        assert_eq!(status.diagnosis, vec![diagnosis()], "at {now}");
+    }
+}
+
+#[test]
+fn diagnosis_is_cleared_when_a_finished_rollout_recovers() {
+    let (decision, settled) = applied(&automatic());
+    let (completed, watched) = completed_and_watched(&decision, &settled);
+    let mut app = automatic();
+    let mut status = watched.clone();
+    set_ready(&mut status, Status::False, "Degraded", 45);
+    status.diagnosis = vec![diagnosis()];
+    app.status = Some(status);
+    let d = reconcile(&app, completed, web_health(HealthState::Healthy, HealthState::Healthy), 50);
+    let status = d.status.expect("written");
+    assert_eq!(ready(&status).map(|c| c.status.as_str()), Some("True"));
+    assert_eq!(status.diagnosis, vec![]);
+}
+
+#[test]
+fn a_failure_before_the_plan_does_not_reset_the_backoff_or_the_attempts() {
+    let base = automatic(); // maxAttempts 1
+    let (first, decision) = first_sync(&base);
+    let outcome = SyncOutcome::Failed {
+        reason: FailureReason::ApplyFailure,
+        message: "admission webhook denied the request".into(),
+        resource: None,
+    };
+    let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
+    let mut app = automatic();
+    app.status = Some(settled.status.clone());
+    // A transient source failure at the same generation, then the source is back.
+    let transient = decide(
+        &app,
+        &failed(FailureReason::SourceFailure, "connection reset", None, None),
+        &Redactor::new(),
+        &at(22),
+    );
+    app.status = transient.status.clone();
+    let revision = stored(&decision, settled.revision.clone());
+    let planned_state = planned_with(&web(), unchanged, PrunePlan::default(), Some(revision));
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(25));
+    assert_eq!(d.step, Step::Report, "the one attempt is used, and the backoff runs until 30");
+    assert!(d.revision.is_none(), "{:?}", d.revision.and_then(|r| r.status).map(|s| s.attempts));
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    assert_eq!(d.step, Step::Report, "retries stop with RetryBlocked");
+    let status = d.status.expect("written");
+    assert_eq!(ready(&status).map(|c| c.reason.as_str()), Some("RetryBlocked"));
+}
+
+#[test]
+fn a_stale_approval_is_reported_once() {
+    let mut app = application(json!({"automatic": false}), 1);
+    let state = web();
+    let mut planned_state = planned_with(&state, absent, PrunePlan::default(), None);
+    let name = revision_name(APP, C1, &state.hash);
+    approve(&mut app, &name, "sha256:0000", None);
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    assert_eq!(reasons(&d.events), vec!["PlanCreated", "ApprovalStale"]);
+    app.status = d.status.clone();
+    planned_state.revision = d.revision.clone();
+    let again = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    assert_eq!(again.step, Step::Report);
+    assert!(again.events.is_empty(), "{:?}", again.events);
+}
+
+#[test]
+fn retry_blocked_and_approval_stale_messages_have_single_spaces() {
+    // RetryBlocked.
+    let base = automatic();
+    let (first, decision) = first_sync(&base);
+    let outcome = SyncOutcome::Failed {
+        reason: FailureReason::ApplyFailure,
+        message: "refused".into(),
+        resource: None,
+    };
+    let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
+    let mut app = automatic();
+    app.status = Some(settled.status.clone());
+    let planned_state = planned_with(
+        &web(),
+        unchanged,
+        PrunePlan::default(),
+        Some(stored(&decision, settled.revision.clone())),
+    );
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    assert_eq!(
+        d.events,
+        vec![(
+            EventReason::Failure(FailureReason::RetryBlocked),
+            "retries stopped after 1 attempt(s) (spec.strategy.failurePolicy.maxAttempts); last \
+             failure: ApplyFailure: refused"
+                .to_owned()
+        )]
+    );
+    // ApprovalStale.
+    let mut app = application(json!({"automatic": false}), 1);
+    let planned_state = planned_with(&web(), absent, PrunePlan::default(), None);
+    let name = revision_name(APP, C1, &web().hash);
+    approve(&mut app, &name, "sha256:0000", None);
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    assert_eq!(
+        d.events[1].1,
+        format!(
+            "Revision {name} was approved with plan digest sha256:0000, but its plan is now {}; \
+             review it and approve again",
+            planned_state.plan.digest
+        )
+    );
 }
