@@ -45,8 +45,8 @@ use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_core::application::{
-    Decision, Observation, Planned, Step, SyncOutcome, decide, learn_secret_values, revision_name,
-    settle, wait_for_dependencies, with_dependencies,
+    Decision, Observation, Planned, Step, SyncOutcome, cancel_superseded, decide,
+    learn_secret_values, revision_name, settle, wait_for_dependencies, with_dependencies,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
@@ -271,8 +271,8 @@ async fn sync_application(
         Observation::Failed { .. } => None,
     };
     write(&app, &namespace, &decision, previous, &redactor, ctx).await?;
-    if decision.revision.is_some() && previous.is_none() {
-        trim_history(&app, &namespace, ctx).await?;
+    if let Some(revision) = decision.revision.as_ref().filter(|_| previous.is_none()) {
+        trim_history(&app, &namespace, revision.metadata.name.as_deref(), ctx).await?;
     }
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
         let outcome = sync(&app, &namespace, &decision, planned.as_ref(), ctx).await;
@@ -314,16 +314,26 @@ async fn check_dependencies(
     Ok(Some(dependencies::check(app, &all)))
 }
 
-/// Delete the Revisions `spec.history.limit` no longer keeps (after a new one was made).
+/// After a new Revision was made: cancel the Revisions it supersedes, then delete those
+/// `spec.history.limit` no longer keeps.
 async fn trim_history(
     app: &Application,
     namespace: &str,
+    decision_revision: Option<&str>,
     ctx: &ApplicationContext,
 ) -> Result<(), kube::Error> {
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!("{}={}", kuvryn_sync_api::keys::APPLICATION, app.name_any());
-    let all = revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items;
-    for name in history::decide(app, &all) {
+    let mut all = revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items;
+    let current = decision_revision.unwrap_or_default();
+    for (name, status) in cancel_superseded(&all, current, &now()) {
+        write_revision_status(namespace, &name, &status, None, ctx).await?;
+        if let Some(revision) = all.iter_mut().find(|r| r.metadata.name.as_deref() == Some(&name)) {
+            revision.status = Some(status);
+        }
+    }
+    let doomed = history::decide(app, &all);
+    for name in doomed {
         match revisions.delete(&name, &Default::default()).await {
             Ok(_) => tracing::info!(application = %app.name_any(), revision = %name,
                 "Revision deleted by spec.history.limit"),

@@ -1,6 +1,6 @@
 //! What wakes a reconciler of our own kinds: changes to an object's spec (its generation) or to
-//! its annotations (the push receivers and the CLI request work through annotations), and the
-//! start of its deletion. The controller's own status writes move none of these, so they never
+//! its annotations (the push receivers and the CLI request work through annotations), its
+//! finalizers (the first reconcile adds ours, then goes on) and the start of its deletion. The controller's own status writes move none of these, so they never
 //! trigger a reconcile.
 
 use futures::Stream;
@@ -30,7 +30,10 @@ where
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
-            predicates::generation.combine(predicates::annotations).combine(being_deleted),
+            predicates::generation
+                .combine(predicates::annotations)
+                .combine(predicates::finalizers)
+                .combine(being_deleted),
             Default::default(),
         );
     (reader, stream)

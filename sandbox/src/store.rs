@@ -856,8 +856,12 @@ impl Store {
                 json_patch::merge(&mut doc, &p);
             }
             "application/json-patch+json" => {
-                let p: json_patch::Patch = serde_json::from_slice(body)
+                let mut p: json_patch::Patch = serde_json::from_slice(body)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                // kube-apiserver's JSON patch (evanphx/json-patch) lets `test` with a null value
+                // pass when the member is missing from an existing object, as clients rely on
+                // (kube-rs' finalizer helper tests `/metadata/finalizers` for null first).
+                p.0.retain(|op| !missing_tested_as_null(&doc, op));
                 json_patch::patch(&mut doc, &p).map_err(|e| ApiError {
                     code: 422,
                     reason: "Invalid",
@@ -1661,4 +1665,16 @@ fn crd_status(crd: &mut Value) {
         ],
         "storedVersions": stored,
     });
+}
+
+/// A `test` operation expecting null at a member that is missing from an existing parent: it
+/// passes, so it is dropped before the patch is applied.
+fn missing_tested_as_null(doc: &Value, op: &json_patch::PatchOperation) -> bool {
+    let json_patch::PatchOperation::Test(test) = op else { return false };
+    if !test.value.is_null() || doc.pointer(test.path.as_str()).is_some() {
+        return false;
+    }
+    let path = test.path.as_str();
+    let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
+    doc.pointer(parent).is_some_and(Value::is_object)
 }

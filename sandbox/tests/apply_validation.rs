@@ -374,6 +374,28 @@ async fn json_patch_field_validation() {
     assert_eq!((code, w.len()), (200, 2), "{w:?}");
 }
 
+/// evanphx/json-patch, which kube-apiserver uses, passes a `test` for null at a member missing
+/// from an existing object (clients add the first finalizer that way), and still fails a `test`
+/// for null at a member that holds a value, or under a parent that does not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_patch_test_for_null_passes_on_a_missing_member() {
+    let sb = common::sandbox().await;
+    let c = sb.client().await.expect("client");
+    send(&c, "POST", DEPLOYS, "application/json", &deployment("fin")).await.expect("post");
+    let url = format!("{DEPLOYS}/fin");
+    let jp = "application/json-patch+json";
+    let add = json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["example.com/cleanup"]}]);
+    send(&c, "PATCH", &url, jp, &add).await.expect("test for null on a missing member passes");
+    let d = get(&c, &url).await;
+    assert_eq!(d["metadata"]["finalizers"], json!(["example.com/cleanup"]), "{d:#}");
+    let again = send(&c, "PATCH", &url, jp, &add).await.expect_err("the member now holds a list");
+    assert_eq!(again["code"], 422, "{again:#}");
+    let nowhere = json!([{"op": "test", "path": "/nothing/here", "value": null}]);
+    let e = send(&c, "PATCH", &url, jp, &nowhere).await.expect_err("missing parent");
+    assert_eq!(e["code"], 422, "{e:#}");
+}
+
 /// `force` is only for apply patches (API reference, PatchOptions.force: "This field must be unset
 /// for non-apply patch requests"; kube-apiserver's ValidatePatchOptions): 422.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

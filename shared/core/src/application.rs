@@ -359,6 +359,30 @@ fn decide_planned(
     }
 }
 
+/// The statuses of the Revisions a new desired state supersedes: every other Revision of the
+/// Application still in progress ends `Cancelled` (ruling 7; a rollout a newer desired state
+/// interrupts ends the same way, so it is no longer protected as in progress).
+pub fn cancel_superseded(
+    revisions: &[Revision],
+    current: &str,
+    now: &Time,
+) -> Vec<(String, RevisionStatus)> {
+    revisions
+        .iter()
+        .filter(|r| r.metadata.name.as_deref() != Some(current))
+        .filter_map(|r| {
+            let status = r.status.clone().unwrap_or_default();
+            if status.phase.is_some_and(RevisionPhase::is_terminal) {
+                return None;
+            }
+            let mut cancelled = status;
+            cancelled.phase = Some(RevisionPhase::Cancelled);
+            cancelled.completed_at = Some(now.clone());
+            Some((r.metadata.name.clone()?, cancelled))
+        })
+        .collect()
+}
+
 /// The Application waits for its dependencies (`spec.dependsOn`): `DependenciesReady` is
 /// `condition` (False), nothing is planned, and Ready keeps its value.
 pub fn wait_for_dependencies(
