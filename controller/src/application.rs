@@ -49,13 +49,13 @@ use kuvryn_sync_core::application::{
     learn_secret_values, revision_name, settle, wait_for_dependencies, with_dependencies,
 };
 use kuvryn_sync_core::desired::{
-    DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
+    DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
 };
 use kuvryn_sync_core::order::apply_groups;
 use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
-use kuvryn_sync_core::rollout::ObjectHealth;
+use kuvryn_sync_core::rollout::{self, ObjectHealth};
 use kuvryn_sync_core::{dependencies, field_manager, history, inventory, kstatus};
 use kuvryn_sync_render::yaml::{self, Limits};
 use kuvryn_sync_runtime::events;
@@ -616,7 +616,8 @@ fn health_of(
         .iter()
         .map(|object| {
             let (state, message) = match live.get(&object.key) {
-                Some(live) => kstatus::health_at(live, now),
+                Some(live) if object.stage == Stage::Main => kstatus::health_at(live, now),
+                Some(live) => rollout::hook_health(live, now),
                 None => (HealthState::Progressing, "not created yet".to_owned()),
             };
             ObjectHealth {
@@ -655,7 +656,10 @@ async fn sync(
     let engine = engine_for(app, &client, &manager, ctx);
     let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
     let changed = changed_keys(&planned.plan);
-    for group in apply_groups(&planned.desired.objects) {
+    let groups = apply_groups(&planned.desired.objects);
+    let last = groups.len().saturating_sub(1);
+    let deadline = tokio::time::Instant::now() + rollout::timeout(app);
+    for (n, group) in groups.into_iter().enumerate() {
         let objects: Vec<&DesiredObject> = planned
             .desired
             .objects
@@ -682,6 +686,18 @@ async fn sync(
                 ctx.kinds.forget();
             }
         }
+        // Each group must be Healthy before the next starts (DESIGN §4.2): pre-sync hooks
+        // before the resources, wave after wave, post-sync hooks last. The last group's health
+        // is observed by the next reconciles like any rollout's.
+        if n < last {
+            let members: Vec<&DesiredObject> =
+                planned.desired.objects.iter().filter(|o| group.objects.contains(&o.key)).collect();
+            if let Err(failed) =
+                wait_group_healthy(&client, &ctx.kinds, &members, group.stage, deadline).await
+            {
+                return failed;
+            }
+        }
     }
     if let Err(err) = engine.delete(prune).await {
         return engine_failure(err);
@@ -691,6 +707,79 @@ async fn sync(
     live_kinds.extend(planned.prune.keep.iter().map(|(o, _)| o.key.group_kind.clone()));
     live_kinds.extend(planned.unlisted.iter().cloned());
     SyncOutcome::Done { live_kinds: live_kinds.into_iter().collect() }
+}
+
+/// Wait until every object of a group is Healthy (or Suspended), reading it as the service
+/// account: a Degraded object fails the attempt (`HookFailed` for a hook, `HealthFailure`
+/// otherwise), and the attempt's deadline passing fails it with `TimeoutFailure`.
+async fn wait_group_healthy(
+    client: &kube::Client,
+    kinds: &Kinds,
+    objects: &[&DesiredObject],
+    stage: Stage,
+    deadline: tokio::time::Instant,
+) -> Result<(), SyncOutcome> {
+    let degraded_reason =
+        if stage == Stage::Main { FailureReason::HealthFailure } else { FailureReason::HookFailed };
+    loop {
+        let mut waiting = None;
+        for object in objects {
+            let (state, message) = match read_object(client, kinds, object).await {
+                Ok(Some(live)) if stage == Stage::Main => kstatus::health_at(&live, &now()),
+                Ok(Some(live)) => rollout::hook_health(&live, &now()),
+                Ok(None) => (HealthState::Progressing, "not created yet".to_owned()),
+                Err(message) => (HealthState::Unknown, message),
+            };
+            match state {
+                HealthState::Healthy | HealthState::Suspended => {}
+                HealthState::Degraded => {
+                    return Err(SyncOutcome::Failed {
+                        reason: degraded_reason,
+                        message: format!("{} is Degraded: {message}", object.key),
+                        resource: Some(object.key.clone()),
+                    });
+                }
+                _ => {
+                    waiting.get_or_insert((object.key.clone(), state, message));
+                }
+            }
+        }
+        let Some((key, state, message)) = waiting else { return Ok(()) };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(SyncOutcome::Failed {
+                reason: FailureReason::TimeoutFailure,
+                message: format!(
+                    "{key} is still {} at the attempt's deadline, so later groups were not \
+                     applied: {message}",
+                    state.as_str()
+                ),
+                resource: Some(key),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The live object of `object`, read as the service account.
+async fn read_object(
+    client: &kube::Client,
+    kinds: &Kinds,
+    object: &DesiredObject,
+) -> Result<Option<serde_json::Value>, String> {
+    let api_version = object.object["apiVersion"].as_str().unwrap_or_default();
+    let served = kinds
+        .resolve(client, api_version, &object.key.group_kind.kind)
+        .await
+        .map_err(|err| err.to_string())?
+        .ok_or_else(|| format!("{} is not served", object.key.group_kind))?;
+    let api: Api<kube::api::DynamicObject> = match &object.key.namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &served.resource),
+        None => Api::all_with(client.clone(), &served.resource),
+    };
+    api.get_opt(&object.key.name)
+        .await
+        .map(|found| found.and_then(|o| serde_json::to_value(o).ok()))
+        .map_err(|err| err.to_string())
 }
 
 fn engine_failure(err: EngineError) -> SyncOutcome {

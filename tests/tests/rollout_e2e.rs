@@ -453,3 +453,89 @@ fn condition(app: &Application, type_: &str) -> Option<(String, String)> {
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
+
+fn job(name: &str, hook: &str, wave: i32, crash: bool) -> String {
+    let env = if crash { json!([{"name": "KSYNC_SIMULATE", "value": "crash"}]) } else { json!([]) };
+    serde_json::to_string(&json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "annotations": {keys::HOOK: hook, keys::SYNC_WAVE: wave.to_string()}},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "run", "image": "registry.example/tools:1", "env": env}]}}},
+    }))
+    .expect("json")
+}
+
+/// Hooks and waves: a pre-sync hook completes before the resources are applied, wave 1 waits for
+/// wave 0 to be Healthy, a post-sync hook runs last, and `Revision.status.hooks` records them; a
+/// failing pre-sync hook fails the attempt with HookFailed and nothing else is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_and_waves_run_in_order_and_a_failed_hook_stops_the_rollout() -> Result<()> {
+    let env = workloads_env("rollout-hooks").await?;
+    env.grant("batch", &["jobs"]).await?;
+    let wave = |name: &str, n: i32| {
+        serde_json::to_string(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "annotations": {keys::SYNC_WAVE: n.to_string()}},
+            "data": {"value": "1"}}))
+        .expect("json")
+    };
+    let commit = env
+        .push(
+            &[
+                ("apps/ok/migrate.yaml", job("migrate", "pre-sync", 0, false)),
+                ("apps/ok/db.yaml", deployment("db", "registry.example/db:1", json!({}))),
+                ("apps/ok/after-db.yaml", wave("after-db", 1)),
+                ("apps/ok/smoke.yaml", job("smoke", "post-sync", 0, false)),
+                ("apps/bad/migrate.yaml", job("broken-migrate", "pre-sync", 0, true)),
+                ("apps/bad/cm.yaml", wave("never", 0)),
+            ],
+            "hooks and waves",
+        )
+        .await?;
+    env.create_app("ok", "apps/ok", json!({})).await?;
+    env.create_app("bad", "apps/bad", json!({})).await?;
+
+    env.wait_ready("ok", "True", "Healthy").await?;
+    let revision = env.revision("ok", &commit).await?;
+    let hooks = revision.status.map(|s| s.hooks).unwrap_or_default();
+    let recorded: Vec<(String, String)> = hooks
+        .iter()
+        .map(|h| {
+            (
+                h.resource.name.clone(),
+                serde_json::to_value(h.state).map(|v| v.to_string()).unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        recorded,
+        vec![
+            ("migrate".to_owned(), "\"Succeeded\"".to_owned()),
+            ("smoke".to_owned(), "\"Succeeded\"".to_owned())
+        ]
+    );
+    // Order: the migration finished before the Deployment was created; wave 1 after the
+    // Deployment was available; the post-sync hook after wave 1.
+    let jobs = env.api::<k8s_openapi::api::batch::v1::Job>();
+    let migrate = jobs.get("migrate").await?;
+    let finished = migrate.status.and_then(|s| s.completion_time).context("completion")?;
+    let db = env.api::<k8s_openapi::api::apps::v1::Deployment>().get("db").await?;
+    let created = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        meta.creation_timestamp.clone().map(|t| t.0).context("creationTimestamp")
+    };
+    ensure!(
+        created(&db.metadata)? >= finished.0,
+        "db was created before the pre-sync hook finished"
+    );
+    let after = env.api::<ConfigMap>().get("after-db").await?;
+    let smoke = jobs.get("smoke").await?;
+    ensure!(created(&after.metadata)? >= created(&db.metadata)?, "wave 1 before wave 0");
+    ensure!(created(&smoke.metadata)? >= created(&after.metadata)?, "post-sync before wave 1");
+
+    let message = env.wait_ready("bad", "False", "HookFailed").await?;
+    assert!(message.contains("broken-migrate"), "{message}");
+    assert!(
+        env.api::<ConfigMap>().get_opt("never").await?.is_none(),
+        "applied after a failed hook"
+    );
+    Ok(())
+}

@@ -34,12 +34,13 @@ use serde_json::Value;
 
 use kuvryn_sync_api::{
     Application, ApplicationStatus, ConditionReason, ConditionType, ConflictPolicy, EventReason,
-    Failure, FailureReason, HealthState, LocalObjectReference, PlanAction, ResourceRef, Revision,
-    RevisionPhase, RevisionSource, RevisionSpec, RevisionStatus, SyncState, keys,
+    Failure, FailureReason, HealthState, HookStage, HookState, HookStatus, LocalObjectReference,
+    MAX_HOOKS, PlanAction, ResourceRef, Revision, RevisionPhase, RevisionSource, RevisionSpec,
+    RevisionStatus, SyncState, keys,
 };
 
 use crate::conditions::{self, NewCondition, Status};
-use crate::desired::{DesiredState, GroupKind, ObjectKey, group_of};
+use crate::desired::{DesiredState, GroupKind, ObjectKey, Stage, group_of};
 use crate::inventory;
 use crate::plan::Plan;
 use crate::prune::{ManagedObject, PrunePlan};
@@ -477,6 +478,7 @@ fn observe_rollout(
     set_health(&mut status, &summary, now);
     let revision_status = revision.status.get_or_insert_with(Default::default);
     revision_status.health = Some(summary.counts.clone());
+    revision_status.hooks = hook_records(planned);
     let mut events = Vec::new();
     let mut requeue_after = None;
     if rollout::is_done(summary.state) {
@@ -503,15 +505,13 @@ fn observe_rollout(
     } else if summary.state == HealthState::Degraded {
         let message = unhealthy_message(&summary, "is Degraded");
         let resource = summary.worst.as_ref().map(|w| w.key.clone());
-        fail_revision(
-            revision_status,
-            FailureReason::HealthFailure,
-            &message,
-            resource,
-            &planned.plan,
-            now,
-        );
-        events.extend(fail_ready(&mut status, app, FailureReason::HealthFailure, &message, now));
+        let reason = if resource.as_ref().is_some_and(|key| is_hook(planned, key)) {
+            FailureReason::HookFailed
+        } else {
+            FailureReason::HealthFailure
+        };
+        fail_revision(revision_status, reason, &message, resource, &planned.plan, now);
+        events.extend(fail_ready(&mut status, app, reason, &message, now));
         requeue_after = Some(rollout::backoff(revision_status.attempts));
     } else {
         let timeout = rollout::timeout(app);
@@ -549,6 +549,45 @@ fn observe_rollout(
     let mut decision = finish(current, status, revision, events, Step::Report);
     decision.requeue_after = requeue_after;
     decision
+}
+
+/// Whether `key` is a pre-sync or post-sync hook of `planned`'s desired state.
+fn is_hook(planned: &Planned, key: &ObjectKey) -> bool {
+    planned.desired.objects.iter().any(|o| o.key == *key && o.stage != Stage::Main)
+}
+
+/// `status.hooks`: each hook of the desired state and how it went, from its health (at most
+/// [`MAX_HOOKS`]).
+fn hook_records(planned: &Planned) -> Vec<HookStatus> {
+    planned
+        .health
+        .iter()
+        .filter_map(|health| {
+            let object = planned.desired.objects.iter().find(|o| o.key == health.key)?;
+            let stage = match object.stage {
+                Stage::PreSync => HookStage::PreSync,
+                Stage::PostSync => HookStage::PostSync,
+                Stage::Main => return None,
+            };
+            let state = match health.state {
+                HealthState::Healthy | HealthState::Suspended => HookState::Succeeded,
+                HealthState::Degraded => HookState::Failed,
+                HealthState::Progressing | HealthState::Unknown => HookState::Running,
+            };
+            Some(HookStatus {
+                resource: ResourceRef {
+                    api_version: health.api_version.clone(),
+                    kind: health.key.group_kind.kind.clone(),
+                    namespace: health.key.namespace.clone().unwrap_or_default(),
+                    name: health.key.name.clone(),
+                },
+                stage,
+                state,
+                message: redact::truncate(&health.message, MAX_MESSAGE),
+            })
+        })
+        .take(MAX_HOOKS)
+        .collect()
 }
 
 /// A finished (Healthy) rollout with nothing to apply: Ready follows its resources' health —

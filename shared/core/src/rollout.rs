@@ -107,6 +107,35 @@ pub fn backoff(attempts: i32) -> Duration {
     FIRST_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF)
 }
 
+/// The health of a hook (a `pre-sync` or `post-sync` object): a Job must have finished — Healthy
+/// once `Complete`, Degraded once `Failed`, Progressing while it runs (kstatus calls a running
+/// Job Current, which is right for a resource and wrong for a hook); any other kind is judged as
+/// usual.
+pub fn hook_health(live: &serde_json::Value, now: &Time) -> (HealthState, String) {
+    let is_job = live["kind"] == "Job" && live["apiVersion"] == "batch/v1";
+    if !is_job {
+        return crate::kstatus::health_at(live, now);
+    }
+    let conditions = live["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let holds =
+        |type_: &str| conditions.iter().any(|c| c["type"] == type_ && c["status"] == "True");
+    let message = |c: &str| {
+        conditions
+            .iter()
+            .find(|x| x["type"] == c)
+            .and_then(|x| x["message"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    if holds("Complete") {
+        (HealthState::Healthy, "the hook Job completed".to_owned())
+    } else if holds("Failed") {
+        (HealthState::Degraded, format!("the hook Job failed: {}", message("Failed")))
+    } else {
+        (HealthState::Progressing, "the hook Job has not finished".to_owned())
+    }
+}
+
 /// What a manual approval says about one Revision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -292,5 +321,31 @@ mod tests {
         let verdict =
             approval(&app(json!({}), &[]), "web-1", "sha256:cc", "h2", Some(&record), &now);
         assert_eq!(verdict, Verdict::Waiting);
+    }
+
+    #[test]
+    fn a_hook_job_is_healthy_only_once_complete() {
+        let job = |status: serde_json::Value| {
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "migrate", "generation": 1}, "spec": {}, "status": status})
+        };
+        let now = at(1_800_000_000);
+        let rows = [
+            (json!({}), HealthState::Progressing),
+            (json!({"startTime": "2026-12-01T10:00:00Z", "active": 1}), HealthState::Progressing),
+            (
+                json!({"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}),
+                HealthState::Healthy,
+            ),
+            (
+                json!({"conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]}),
+                HealthState::Degraded,
+            ),
+        ];
+        for (status, expected) in rows {
+            assert_eq!(hook_health(&job(status.clone()), &now).0, expected, "{status}");
+        }
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        assert_eq!(hook_health(&cm, &now).0, HealthState::Healthy);
     }
 }
