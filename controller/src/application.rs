@@ -46,7 +46,8 @@ use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, Step, SyncOutcome, cancel_superseded, decide,
-    learn_secret_values, revision_name, settle, wait_for_dependencies, with_dependencies,
+    learn_secret_values, previous_healthy, revision_name, settle, wait_for_dependencies,
+    with_dependencies,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
@@ -265,14 +266,25 @@ async fn sync_application(
     };
     let decision = decide(&app, &observation, &redactor, &now());
     let condition = dependencies.as_ref().and_then(|v| dependencies::condition(&app, v));
-    let decision = with_dependencies(decision, &app, condition, &now());
+    let mut decision = with_dependencies(decision, &app, condition, &now());
     let previous = match &observation {
         Observation::Planned(planned) => planned.revision.as_ref(),
         Observation::Failed { .. } => None,
     };
+    // A new Revision: record the one Healthy before it, before anything is written.
+    let history = match decision.revision.as_mut().filter(|_| previous.is_none()) {
+        Some(revision) => {
+            let others = list_revisions(&app, &namespace, ctx).await?;
+            let name = revision.name_any();
+            revision.status.get_or_insert_with(Default::default).previous_revision =
+                previous_healthy(&others, &name);
+            Some((name, others))
+        }
+        None => None,
+    };
     write(&app, &namespace, &decision, previous, &redactor, ctx).await?;
-    if let Some(revision) = decision.revision.as_ref().filter(|_| previous.is_none()) {
-        trim_history(&app, &namespace, revision.metadata.name.as_deref(), ctx).await?;
+    if let Some((name, others)) = history {
+        trim_history(&app, &namespace, &name, others, ctx).await?;
     }
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
         let outcome = sync(&app, &namespace, &decision, planned.as_ref(), ctx).await;
@@ -314,18 +326,30 @@ async fn check_dependencies(
     Ok(Some(dependencies::check(app, &all)))
 }
 
-/// After a new Revision was made: cancel the Revisions it supersedes, then delete those
-/// `spec.history.limit` no longer keeps.
+/// The Application's Revisions.
+async fn list_revisions(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+) -> Result<Vec<Revision>, kube::Error> {
+    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}={}", kuvryn_sync_api::keys::APPLICATION, app.name_any());
+    Ok(revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items)
+}
+
+/// After new Revision `current` was written: cancel the Revisions it supersedes (`others`, the
+/// Application's Revisions before it), then delete those `spec.history.limit` no longer keeps.
 async fn trim_history(
     app: &Application,
     namespace: &str,
-    decision_revision: Option<&str>,
+    current: &str,
+    mut all: Vec<Revision>,
     ctx: &ApplicationContext,
 ) -> Result<(), kube::Error> {
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
-    let selector = format!("{}={}", kuvryn_sync_api::keys::APPLICATION, app.name_any());
-    let mut all = revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items;
-    let current = decision_revision.unwrap_or_default();
+    if let Some(written) = revisions.get_opt(current).await? {
+        all.push(written);
+    }
     for (name, status) in cancel_superseded(&all, current, &now()) {
         write_revision_status(namespace, &name, &status, None, ctx).await?;
         if let Some(revision) = all.iter_mut().find(|r| r.metadata.name.as_deref() == Some(&name)) {

@@ -432,6 +432,13 @@ async fn history_limit_keeps_the_newest_and_the_protected_revisions() -> Result<
         .api::<kuvryn_sync_api::Revision>()
         .list(&kube::api::ListParams::default().labels(&selector))
         .await?;
+    // Each Revision names the one Healthy before it, the target of a rollback.
+    let fifth = revisions.items.iter().find(|r| r.spec.source.revision == commits[4]);
+    let fourth = revisions.items.iter().find(|r| r.spec.source.revision == commits[3]);
+    assert_eq!(
+        fifth.and_then(|r| r.status.as_ref()).and_then(|s| s.previous_revision.clone()),
+        fourth.and_then(|r| r.metadata.name.clone())
+    );
     let mut kept: Vec<String> =
         revisions.items.iter().map(|r| r.spec.source.revision.clone()).collect();
     kept.sort();

@@ -384,6 +384,22 @@ pub fn cancel_superseded(
         .collect()
 }
 
+/// The Revision that was Healthy before `current` (the newest other Healthy one), recorded as
+/// `current`'s `status.previousRevision`: the target of a rollback.
+pub fn previous_healthy(revisions: &[Revision], current: &str) -> Option<String> {
+    revisions
+        .iter()
+        .filter(|r| r.metadata.name.as_deref() != Some(current))
+        .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(RevisionPhase::Healthy))
+        .max_by(|a, b| {
+            let key = |r: &Revision| {
+                (r.metadata.creation_timestamp.clone().map(|t| t.0), r.metadata.name.clone())
+            };
+            key(a).cmp(&key(b))
+        })
+        .and_then(|r| r.metadata.name.clone())
+}
+
 /// The Application waits for its dependencies (`spec.dependsOn`): `DependenciesReady` is
 /// `condition` (False), nothing is planned, and Ready keeps its value.
 pub fn wait_for_dependencies(
