@@ -625,7 +625,14 @@ fn watch_finished(
         status.diagnosis.clear();
     }
     let (condition_status, reason, message) = if rollout::is_done(summary.state) {
-        (Status::True, ConditionReason::Healthy, format!("commit {} is Healthy", planned.commit))
+        let name =
+            planned.revision.as_ref().and_then(|r| r.metadata.name.clone()).unwrap_or_default();
+        // The same words as when the rollout completed: an unchanged resync writes nothing.
+        (
+            Status::True,
+            ConditionReason::Healthy,
+            format!("Revision {name} (commit {}) is Healthy", planned.commit),
+        )
     } else if summary.state == HealthState::Degraded {
         (Status::False, ConditionReason::Degraded, unhealthy_message(&summary, "is Degraded"))
     } else {

@@ -2004,7 +2004,7 @@ fn a_finished_rollout_follows_its_health_with_one_health_degraded_event() {
         )
     );
 
-    let healthy = format!("commit {C1} is Healthy");
+    let healthy = format!("Revision {name} (commit {C1}) is Healthy");
     let api_degraded = "Deployment.apps web/api is Degraded: api reports Degraded (1 healthy, 0 \
                         progressing, 1 degraded, 0 unknown)";
     let api_progressing = "Deployment.apps web/api is Progressing: api reports Progressing (1 \
@@ -2019,8 +2019,8 @@ fn a_finished_rollout_follows_its_health_with_one_health_degraded_event() {
     // While not Healthy, the decision looks again every 5 s.
     type Row<'a> = (i64, [HealthState; 2], &'a str, &'a str, i64, bool, bool, HealthState);
     let steps: Vec<Row> = vec![
-        // Still Healthy: Ready stays True; only its message is the steady one.
-        (40, [Healthy, Healthy], "Healthy", healthy, 30, true, false, Healthy),
+        // Still Healthy: nothing to write (the message is the one the completion wrote).
+        (40, [Healthy, Healthy], "Healthy", healthy, 30, false, false, Healthy),
         (45, [Healthy, Healthy], "Healthy", healthy, 30, false, false, Healthy),
         // A resource stops being Healthy while nothing changed in Git: one HealthDegraded.
         (50, [Healthy, Degraded], "Degraded", api_degraded, 50, true, true, Degraded),
