@@ -87,7 +87,37 @@ async fn a_healthy_rollout_is_ready_and_kubectl_wait_returns() -> Result<()> {
         .context("RolloutComplete")?;
     assert_eq!((complete.status.as_str(), complete.reason.as_str()), ("True", "RolloutSucceeded"));
     env.wait_event("web", "DeploymentHealthy").await?;
+    // Every Application Event is counted in kuvryn_sync_lifecycle_events_total.
+    let metrics = scrape_metrics(&env).await?;
+    for line in [
+        r#"kuvryn_sync_lifecycle_events_total{reason="PlanCreated",type="Normal"} 1"#,
+        r#"kuvryn_sync_lifecycle_events_total{reason="DeploymentStarted",type="Normal"} 1"#,
+        r#"kuvryn_sync_lifecycle_events_total{reason="DeploymentHealthy",type="Normal"} 1"#,
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} not in:\n{metrics}");
+    }
     Ok(())
+}
+
+/// The controller's /metrics, from the address its log names (`ops_addr=...`).
+async fn scrape_metrics(env: &Env) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let log = env.controller_log();
+    let addr = log
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("ops_addr="))
+        .context("the controller log names its ops address")?
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await?;
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response)
 }
 
 /// An image that cannot be pulled fails with HealthFailure once the Deployment is Degraded; a
