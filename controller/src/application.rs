@@ -185,9 +185,10 @@ fn dependents_of(
     applications: &[Arc<Application>],
     changed: &Application,
 ) -> Vec<ObjectRef<Application>> {
+    // Only Applications with dependencies can depend on `changed` (cloning all is quadratic).
     let namespace_apps: Vec<Application> = applications
         .iter()
-        .filter(|a| a.namespace() == changed.namespace())
+        .filter(|a| a.namespace() == changed.namespace() && !a.spec.depends_on.is_empty())
         .map(|a| a.as_ref().clone())
         .collect();
     dependencies::dependents(changed, &namespace_apps)
@@ -293,8 +294,11 @@ async fn sync_application(
         }
         let settled = settle(&app, &decision, planned, &outcome, &redactor, &now());
         let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
-        write_revision_status(&namespace, &revision, &settled.revision, None, ctx).await?;
+        // The Application first: a crash between the two leaves the Revision Applying, so the
+        // restarted controller syncs again and settles both (the other order would leave an
+        // Observing Revision with the inventory of before the prune).
         write_status(&app, &namespace, &settled.status, ctx).await?;
+        write_revision_status(&namespace, &revision, &settled.revision, None, ctx).await?;
         publish(&app, &settled.events, &redactor, ctx).await;
         if let SyncOutcome::Failed { reason, message, .. } = &outcome {
             tracing::info!(application = %app.name_any(), %namespace, reason = reason.as_str(),

@@ -207,6 +207,46 @@ impl ControllerProcess {
     }
 }
 
+impl ControllerProcess {
+    /// [`start_logged`](Self::start_logged) with `POD_NAME` (its leader-election identity) set to
+    /// `identity`: a controller restarted under the identity of one that died takes the Lease at
+    /// once instead of waiting for it to expire.
+    pub fn start_logged_as(
+        cluster: &TestCluster,
+        identity: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<Self> {
+        Self::launch(cluster, identity, extra_args, env, Some(log))
+    }
+
+    /// The controller's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send SIGKILL, as when a node or the kubelet kills the container: the controller gets no
+    /// chance to release its Lease or finish a write. The processes it started (`git`, render
+    /// helpers) are killed with it. Waits (up to `deadline`) for the exit status.
+    pub async fn kill(&mut self, deadline: Duration) -> Result<std::process::ExitStatus> {
+        let descendants = crate::process_tree::tree(self.child.id());
+        let pid = i32::try_from(self.child.id()).context("pid")?;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)?;
+        for process in descendants.iter().skip(1) {
+            let same = crate::process_tree::ProcessInfo::read(process.pid)
+                .is_some_and(|now| now.start_ticks == process.start_ticks);
+            if same {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(process.pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        self.wait_exit(deadline).await.context("after SIGKILL")
+    }
+}
+
 impl Drop for ControllerProcess {
     fn drop(&mut self) {
         let _ = crate::process_tree::kill_tree(&mut self.child, crate::process_tree::STOP_DEADLINE);
