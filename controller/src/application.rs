@@ -1,6 +1,7 @@
-//! The Application reconciler (automatic sync of a `type: yaml` path; the full rollout lifecycle
-//! with health, hooks between waves and approvals arrives with the rollout issue). A fixed list
-//! of steps:
+//! The Application reconciler: plan, approve, apply, observe and delete one Application's
+//! `type: yaml` path (kustomize and Helm arrive with the renderers). Behind a finalizer
+//! (deletion: [`crate::deletion`]); a suspended Application only moves `observedGeneration`;
+//! `spec.dependsOn` is checked first. Then a fixed list of steps:
 //!
 //! 1. [`resolve_identity`]: the service account to act as (`spec.serviceAccountName`, else
 //!    `--default-service-account`), which must exist;
@@ -10,13 +11,16 @@
 //! 3. [`render_and_validate`]: the YAML files, normalised and validated, scopes from discovery
 //!    as the service account;
 //! 4. [`plan_desired_state`]: the inventory (one labelled list per kind, as the service account),
-//!    a server-side dry run per object, prune selection, the plan, the existing Revision;
+//!    a server-side dry run per object, prune selection, the plan, the existing Revision, and
+//!    each desired object's health (kstatus);
 //! 5. [`decide`](kuvryn_sync_core::application::decide): pure, from the observation to the
 //!    writes and the step;
 //! 6. [`write`]: the one place that writes — the Revision, the Application status (carrying the
 //!    inventory before anything is applied), the Events; then, for a sync, [`sync`] applies and
-//!    prunes and [`settle`](kuvryn_sync_core::application::settle) decides the final statuses,
-//!    written the same way.
+//!    prunes (each group Healthy before the next: hooks and waves) and
+//!    [`settle`](kuvryn_sync_core::application::settle) decides the final statuses, written the
+//!    same way (the Application's first). Health, approvals, retries and Ready are the pure
+//!    decision's; a new Revision also cancels superseded ones and trims `spec.history.limit`.
 //!
 //! Steps 1–4 return `Err(Observation::Failed)` to end observation early with a failure reason;
 //! API-server trouble with the controller's own reads and writes is a [`ReconcileError`] and
