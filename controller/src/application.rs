@@ -724,8 +724,7 @@ async fn sync(
         if n < last {
             let members: Vec<&DesiredObject> =
                 planned.desired.objects.iter().filter(|o| group.objects.contains(&o.key)).collect();
-            if let Err(failed) =
-                wait_group_healthy(&client, &ctx.kinds, &members, group.stage, deadline).await
+            if let Err(failed) = wait_group_healthy(&engine, &members, group.stage, deadline).await
             {
                 return failed;
             }
@@ -745,8 +744,7 @@ async fn sync(
 /// account: a Degraded object fails the attempt (`HookFailed` for a hook, `HealthFailure`
 /// otherwise), and the attempt's deadline passing fails it with `TimeoutFailure`.
 async fn wait_group_healthy(
-    client: &kube::Client,
-    kinds: &Kinds,
+    engine: &Engine<'_>,
     objects: &[&DesiredObject],
     stage: Stage,
     deadline: tokio::time::Instant,
@@ -756,11 +754,11 @@ async fn wait_group_healthy(
     loop {
         let mut waiting = None;
         for object in objects {
-            let (state, message) = match read_object(client, kinds, object).await {
+            let (state, message) = match engine.live(object).await {
                 Ok(Some(live)) if stage == Stage::Main => kstatus::health_at(&live, &now()),
                 Ok(Some(live)) => rollout::hook_health(&live, &now()),
                 Ok(None) => (HealthState::Progressing, "not created yet".to_owned()),
-                Err(message) => (HealthState::Unknown, message),
+                Err(err) => (HealthState::Unknown, err.to_string()),
             };
             match state {
                 HealthState::Healthy | HealthState::Suspended => {}
@@ -790,28 +788,6 @@ async fn wait_group_healthy(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// The live object of `object`, read as the service account.
-async fn read_object(
-    client: &kube::Client,
-    kinds: &Kinds,
-    object: &DesiredObject,
-) -> Result<Option<serde_json::Value>, String> {
-    let api_version = object.object["apiVersion"].as_str().unwrap_or_default();
-    let served = kinds
-        .resolve(client, api_version, &object.key.group_kind.kind)
-        .await
-        .map_err(|err| err.to_string())?
-        .ok_or_else(|| format!("{} is not served", object.key.group_kind))?;
-    let api: Api<kube::api::DynamicObject> = match &object.key.namespace {
-        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &served.resource),
-        None => Api::all_with(client.clone(), &served.resource),
-    };
-    api.get_opt(&object.key.name)
-        .await
-        .map(|found| found.and_then(|o| serde_json::to_value(o).ok()))
-        .map_err(|err| err.to_string())
 }
 
 fn engine_failure(err: EngineError) -> SyncOutcome {

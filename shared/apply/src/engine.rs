@@ -211,6 +211,13 @@ impl Engine<'_> {
         Ok(live.as_ref().map(imperative_managers).unwrap_or_default())
     }
 
+    /// The live object of `object`, read as the service account; `None` when it does not exist.
+    pub async fn live(&self, object: &DesiredObject) -> Result<Option<Value>, EngineError> {
+        let api_version = object.object["apiVersion"].as_str().unwrap_or_default();
+        let api = self.api_for(&object.key, api_version).await?;
+        self.read_live(&api, &object.key).await
+    }
+
     async fn read_live(
         &self,
         api: &Api<DynamicObject>,
