@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kuvryn_sync_api::{Application, Repository, Revision, keys};
+use kuvryn_sync_api::{Application, Repository, Revision, RevisionPhase, keys};
 use serde_json::{Value, json};
 
 use crate::apply::{DEPLOYER, grant_deployer};
@@ -154,6 +154,7 @@ impl Env {
                 ready(app).is_some_and(|(s, r, _)| s == status && r == reason)
             })
             .await?;
+        self.wait_desired_recorded(name, &app).await?;
         Ok(ready(&app).map(|(_, _, message)| message).unwrap_or_default())
     }
 
@@ -226,15 +227,61 @@ impl Env {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
-    /// Wait until `name` is Synced at `commit`.
+    /// Wait until `name` is Synced at `commit` and that commit's Revision records the sync too.
+    ///
+    /// The controller writes the Application's status before the Revision's (a crash between
+    /// them must not leave a stale inventory), so a reader can briefly see the Application
+    /// Synced while its Revision still says Applying.
     pub async fn wait_synced(&self, name: &str, commit: &str) -> Result<Application> {
-        self.wait_app(name, &format!("Synced at {commit}"), |app| {
-            app.status.as_ref().is_some_and(|s| {
-                s.deployed_revision.as_deref() == Some(commit)
-                    && s.sync.state == kuvryn_sync_api::SyncState::Synced
+        let app = self
+            .wait_app(name, &format!("Synced at {commit}"), |app| {
+                app.status.as_ref().is_some_and(|s| {
+                    s.deployed_revision.as_deref() == Some(commit)
+                        && s.sync.state == kuvryn_sync_api::SyncState::Synced
+                })
             })
+            .await?;
+        self.wait_revision_recorded(name, commit, true).await?;
+        Ok(app)
+    }
+
+    /// Wait until the Revision of `name` at `commit` is past the apply phases: the controller
+    /// writes the Application's status before the Revision's after a sync, so the Revision can
+    /// lag it briefly. With `must_exist` false, no Revision at all also counts (a failure
+    /// before planning makes none).
+    async fn wait_revision_recorded(
+        &self,
+        name: &str,
+        commit: &str,
+        must_exist: bool,
+    ) -> Result<()> {
+        let selector = format!("{}={name}", keys::APPLICATION);
+        let revisions = self.api::<Revision>();
+        wait_for(&format!("Revision of {name} at {commit} past Applying"), DEADLINE, || async {
+            let listed = revisions.list(&ListParams::default().labels(&selector)).await?;
+            let Some(revision) =
+                listed.items.into_iter().find(|r| r.spec.source.revision == commit)
+            else {
+                return Ok(((!must_exist).then_some(()), "no Revision".to_owned()));
+            };
+            let phase = revision.status.and_then(|s| s.phase);
+            let applying = matches!(
+                phase,
+                None | Some(
+                    RevisionPhase::Pending | RevisionPhase::Planning | RevisionPhase::Applying
+                )
+            );
+            Ok(((!applying).then_some(()), format!("phase {phase:?}")))
         })
         .await
+    }
+
+    /// After a wait on the Application's own status: its desired commit's Revision agrees.
+    async fn wait_desired_recorded(&self, name: &str, app: &Application) -> Result<()> {
+        match app.status.as_ref().and_then(|s| s.desired_revision.clone()) {
+            Some(commit) => self.wait_revision_recorded(name, &commit, false).await,
+            None => Ok(()),
+        }
     }
 
     /// Wait until `name`'s Ready condition is False with `reason`; returns its message.
@@ -244,6 +291,7 @@ impl Env {
                 ready(app).is_some_and(|(status, r, _)| status == "False" && r == reason)
             })
             .await?;
+        self.wait_desired_recorded(name, &app).await?;
         Ok(ready(&app).map(|(_, _, message)| message).unwrap_or_default())
     }
 
