@@ -43,7 +43,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
     Application, ApplicationStatus, CONTROLLER_NAME, FailureReason, HealthState, PlanAction,
-    RenderType, Repository, Revision, RevisionStatus,
+    Repository, Revision, RevisionStatus,
 };
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
@@ -56,20 +56,20 @@ use kuvryn_sync_core::application::{
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
 };
+use kuvryn_sync_core::health_rules::RuleSet;
 use kuvryn_sync_core::order::apply_groups;
 use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_core::rollout::{self, ObjectHealth};
-use kuvryn_sync_core::{dependencies, field_manager, history, inventory, kstatus};
-use kuvryn_sync_render::yaml::{self, Limits};
+use kuvryn_sync_core::{dependencies, field_manager, history, inventory};
 use kuvryn_sync_runtime::events;
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
 use kuvryn_sync_source::git::{CheckedOutTree, GitCache};
 
-use crate::deletion;
 use crate::fault::FaultPoint;
 use crate::watches::ManagedWatches;
+use crate::{deletion, health, render};
 use crate::{source, triggers};
 
 /// What the reconciler needs.
@@ -95,6 +95,10 @@ pub struct ApplicationContext {
     pub fault: Option<FaultPoint>,
     /// Counts every Application Event.
     pub metrics: ControllerMetrics,
+    /// The HealthCheck rules, watched.
+    pub health_rules: crate::health::HealthRules,
+    /// The render engines and their limits.
+    pub renderers: crate::render::Renderers,
 }
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
@@ -296,7 +300,8 @@ async fn sync_application(
         if let Some(fault) = &ctx.fault {
             fault.reached(crate::fault::AFTER_APPLY);
         }
-        let settled = settle(&app, &decision, planned, &outcome, &redactor, &now());
+        let mut settled = settle(&app, &decision, planned, &outcome, &redactor, &now());
+        settled.events.extend(invalid_health_checks(&ctx.health_rules.current(), planned));
         let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
         // The Application first: a crash between the two leaves the Revision Applying, so the
         // restarted controller syncs again and settles both (the other order would leave an
@@ -422,10 +427,11 @@ async fn observe(
         Err((reason, message)) => return Ok(Err(failed(reason, message, sa, None))),
     };
     let at = Some(commit.as_str());
-    let desired = match render_and_validate(app, namespace, &client, &tree, ctx).await? {
-        Ok(desired) => desired,
-        Err((reason, message)) => return Ok(Err(failed(reason, message, sa, at))),
-    };
+    let (desired, chart_digest) =
+        match render_and_validate(app, namespace, &client, &tree, ctx, redactor).await? {
+            Ok(rendered) => rendered,
+            Err((reason, message)) => return Ok(Err(failed(reason, message, sa, at))),
+        };
     learn_secret_values(redactor, &desired);
     let manager = field_manager::for_application(namespace, &app.name_any());
     let engine = engine_for(app, &client, &manager, ctx);
@@ -440,6 +446,7 @@ async fn observe(
                 unlisted,
                 revision,
                 health,
+                chart_digest,
             }))))
         }
         Err(err) => Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
@@ -547,25 +554,15 @@ async fn render_and_validate(
     client: &kube::Client,
     tree: &CheckedOutTree,
     ctx: &ApplicationContext,
-) -> Result<Result<DesiredState, (FailureReason, String)>, ReconcileError> {
-    let render_type = app.spec.source.render.render_type;
-    if render_type != RenderType::Yaml {
-        return Ok(Err((
-            FailureReason::RenderFailure,
-            format!(
-                "spec.source.render.type {render_type:?} is not supported by this controller \
-                 yet; use yaml"
-            ),
-        )));
-    }
+    redactor: &mut Redactor,
+) -> Result<Result<(DesiredState, Option<String>), (FailureReason, String)>, ReconcileError> {
     let root = tree.path().to_path_buf();
-    let path = app.spec.source.path.clone();
-    let rendered =
-        tokio::task::spawn_blocking(move || yaml::render(&root, &path, Limits::default())).await?;
-    let rendered = match rendered {
-        Ok(rendered) => rendered,
-        Err(err) => return Ok(Err((err.reason(), err.to_string()))),
-    };
+    let output =
+        match render::render(app, namespace, client, root, &ctx.renderers, redactor).await? {
+            Ok(output) => output,
+            Err(failure) => return Ok(Err(failure)),
+        };
+    let rendered = output.objects;
     let objects: Vec<serde_json::Value> = rendered.iter().map(|r| r.object.clone()).collect();
     let scopes = match ctx.kinds.scopes(client, &objects).await {
         Ok(scopes) => scopes,
@@ -589,6 +586,7 @@ async fn render_and_validate(
         destination_namespace: &app.spec.destination.namespace,
     };
     Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)
+        .map(|desired| (desired, output.chart_digest))
         .map_err(|refusal| (FailureReason::ValidationFailure, refusal.to_string())))
 }
 
@@ -633,13 +631,39 @@ async fn plan_desired_state(
     let plan = plan(&desired.hash, &observations, &prune);
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     let existing = revisions.get_opt(&revision).await?;
-    let health = health_of(&desired.objects, &found.live(), &now());
+    let rules = ctx.health_rules.current();
+    let health = health_of(&rules, &desired.objects, &found.live(), &now());
     Ok(Ok((plan, prune, unlisted.into_iter().collect(), existing, health)))
 }
 
-/// The health of each desired object from its live state, by the Kubernetes status conventions;
-/// an object not created yet is Progressing.
+/// One `InvalidHealthCheck` Warning per HealthCheck rule that is invalid for a kind this sync
+/// applied (once per attempt: the sync step runs once per attempt).
+fn invalid_health_checks(
+    rules: &RuleSet,
+    planned: &Planned,
+) -> Vec<(kuvryn_sync_api::EventReason, String)> {
+    let kinds = planned
+        .desired
+        .objects
+        .iter()
+        .map(|o| (o.key.group_kind.group.as_str(), o.key.group_kind.kind.as_str()));
+    health::invalid_rules_for(rules, kinds)
+        .into_iter()
+        .map(|invalid| {
+            let message = format!(
+                "HealthCheck {} {}; objects of its kind are Progressing (HealthCheckFailed) until \
+                 it is fixed",
+                invalid.health_check, invalid.denial
+            );
+            (kuvryn_sync_api::EventReason::InvalidHealthCheck, message)
+        })
+        .collect()
+}
+
+/// The health of each desired object from its live state, by its HealthCheck rules or the
+/// Kubernetes status conventions; an object not created yet is Progressing.
 fn health_of(
+    rules: &RuleSet,
     objects: &[DesiredObject],
     live: &std::collections::BTreeMap<ObjectKey, serde_json::Value>,
     now: &Time,
@@ -648,8 +672,7 @@ fn health_of(
         .iter()
         .map(|object| {
             let (state, message) = match live.get(&object.key) {
-                Some(live) if object.stage == Stage::Main => kstatus::health_at(live, now),
-                Some(live) => rollout::hook_health(live, now),
+                Some(live) => health::object_health(rules, object.stage, live, now),
                 None => (HealthState::Progressing, "not created yet".to_owned()),
             };
             ObjectHealth {
@@ -724,8 +747,9 @@ async fn sync(
         if n < last {
             let members: Vec<&DesiredObject> =
                 planned.desired.objects.iter().filter(|o| group.objects.contains(&o.key)).collect();
-            if let Err(failed) = wait_group_healthy(&engine, &members, group.stage, deadline).await
-            {
+            let rules = ctx.health_rules.current();
+            let waited = wait_group_healthy(&engine, &rules, &members, group.stage, deadline).await;
+            if let Err(failed) = waited {
                 return failed;
             }
         }
@@ -745,6 +769,7 @@ async fn sync(
 /// otherwise), and the attempt's deadline passing fails it with `TimeoutFailure`.
 async fn wait_group_healthy(
     engine: &Engine<'_>,
+    rules: &RuleSet,
     objects: &[&DesiredObject],
     stage: Stage,
     deadline: tokio::time::Instant,
@@ -755,8 +780,7 @@ async fn wait_group_healthy(
         let mut waiting = None;
         for object in objects {
             let (state, message) = match engine.live(object).await {
-                Ok(Some(live)) if stage == Stage::Main => kstatus::health_at(&live, &now()),
-                Ok(Some(live)) => rollout::hook_health(&live, &now()),
+                Ok(Some(live)) => health::object_health(rules, stage, &live, &now()),
                 Ok(None) => (HealthState::Progressing, "not created yet".to_owned()),
                 Err(err) => (HealthState::Unknown, err.to_string()),
             };

@@ -13,6 +13,8 @@ use std::time::Duration;
 mod application;
 mod deletion;
 mod fault;
+mod health;
+mod render;
 mod repository;
 mod source;
 mod triggers;
@@ -84,6 +86,28 @@ struct Args {
     /// and fairness does the rest.
     #[arg(long, default_value_t = 256, value_name = "N")]
     impersonation_cache_size: usize,
+    /// The kustomize engine: a `kustomize` binary, or `kubectl` (run as `kubectl kustomize`).
+    /// Default: `kustomize` on PATH, else `kubectl`.
+    #[arg(long, value_name = "PATH")]
+    kustomize_binary: Option<std::path::PathBuf>,
+    /// Let kustomizations name remote bases, resources and components (Git or HTTP URLs).
+    /// Off by default: a remote base is content nobody reviewed in this repository.
+    #[arg(long)]
+    allow_remote_bases: bool,
+    /// `libhelm_c.so` (Helm's engine, from the `helm-python-sdk` wheel). Default: `$KSYNC_LIBHELM`.
+    /// Without it, `render.type: helm` Applications fail with a RenderFailure saying so.
+    #[arg(long, value_name = "FILE")]
+    helm_library: Option<std::path::PathBuf>,
+    /// The `ksync-helm-render` helper. Default: beside this binary.
+    #[arg(long, value_name = "FILE")]
+    helm_helper: Option<std::path::PathBuf>,
+    /// PEM CA certificates trusted, besides the system's, for Helm chart repositories and OCI
+    /// registries (and by the Helm engine).
+    #[arg(long, value_name = "FILE")]
+    registry_ca_file: Option<std::path::PathBuf>,
+    /// Time limit of one render (kustomize or Helm).
+    #[arg(long, default_value = "60s", value_parser = flags::duration, value_name = "DURATION")]
+    render_timeout: Duration,
 
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -172,6 +196,8 @@ async fn main() -> anyhow::Result<()> {
             watches: Arc::new(watches),
             fault: fault::FaultPoint::from_env(),
             metrics: metrics.clone(),
+            health_rules: health::HealthRules::watch(client.clone(), controllers_stop.clone()),
+            renderers: renderers(&args),
         });
         let application_controller = tokio::spawn(application::run(
             applications,
@@ -207,6 +233,72 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// The render engines, from the flags.
+fn renderers(args: &Args) -> render::Renderers {
+    let program =
+        kuvryn_sync_render::kustomize::KustomizeProgram::detect(args.kustomize_binary.clone());
+    let mut kustomize = kuvryn_sync_render::kustomize::Kustomize::new(program);
+    kustomize.timeout = args.render_timeout;
+    kustomize.allow_remote_bases = args.allow_remote_bases;
+    let ca_pem = args.registry_ca_file.as_ref().map(std::fs::read_to_string).transpose();
+    let ca_pem = match ca_pem {
+        Ok(pem) => pem,
+        Err(err) => {
+            tracing::warn!(%err, "cannot read --registry-ca-file; chart pulls trust the system CAs only");
+            None
+        }
+    };
+    render::Renderers {
+        kustomize,
+        helm: helm_renderer(args).map_err(|why| {
+            tracing::info!(%why, "Helm rendering is unavailable");
+            why
+        }),
+        charts: chart_puller(args, ca_pem),
+    }
+}
+
+/// The Helm engine in its helper process, or why it cannot run.
+fn helm_renderer(args: &Args) -> Result<kuvryn_sync_helm::HelmRenderer, String> {
+    let library = args
+        .helm_library
+        .clone()
+        .or_else(|| std::env::var_os(kuvryn_sync_helm::LIBHELM_ENV).map(Into::into))
+        .ok_or_else(|| {
+            "render.type helm needs the Helm engine: start the controller with --helm-library \
+             (libhelm_c.so from the helm-python-sdk wheel)"
+                .to_owned()
+        })?;
+    let helper = match &args.helm_helper {
+        Some(helper) => helper.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot find the Helm helper: {e}"))?
+            .with_file_name(kuvryn_sync_helm::HELPER_BINARY),
+    };
+    let mut env =
+        kuvryn_sync_helm::RenderEnv { timeout: args.render_timeout, ..Default::default() };
+    if let Some(ca) = &args.registry_ca_file {
+        env.ssl_cert_file = ca.clone();
+    }
+    kuvryn_sync_helm::HelmRenderer::new(helper, library, env).map_err(|e| e.to_string())
+}
+
+/// Chart pulls, cached on disk by digest, or why they cannot run.
+fn chart_puller(
+    args: &Args,
+    ca_pem: Option<String>,
+) -> Result<Arc<render::OffRuntime<kuvryn_sync_source::chart::ChartPuller>>, String> {
+    let options = kuvryn_sync_source::chart::PullOptions {
+        ca_certs_pem: ca_pem,
+        timeout: args.git_timeout,
+        ..Default::default()
+    };
+    let dir = args.cache_dir.join("charts");
+    render::OffRuntime::make(move || kuvryn_sync_source::chart::ChartPuller::new(dir, options))
+        .map(Arc::new)
+        .map_err(|e| format!("chart pulls are unavailable: {e}"))
 }
 
 /// Say what to do first when the Lease cannot be set up: most often its namespace is missing

@@ -134,6 +134,24 @@ fn default_template(obj: &mut Value) {
     }
 }
 
+/// A Secret's `stringData` is write-only: kube-apiserver merges it into `data` (base64-encoded,
+/// over any `data` entry of the same key) when it converts the request, and never stores it.
+fn merge_string_data(obj: &mut Value) {
+    use base64::Engine as _;
+    let Some(Value::Object(strings)) = obj.as_object_mut().and_then(|o| o.remove("stringData"))
+    else {
+        return;
+    };
+    if !obj["data"].is_object() {
+        obj["data"] = json!({});
+    }
+    let data = obj["data"].as_object_mut().expect("data is an object");
+    for (key, value) in strings {
+        let text = value.as_str().unwrap_or_default();
+        data.insert(key, json!(base64::engine::general_purpose::STANDARD.encode(text)));
+    }
+}
+
 /// Defaulting applied on every write (kube-apiserver defaults on decode).
 pub fn apply_defaults(ri: &ResourceInfo, obj: &mut Value) {
     if ri.custom {
@@ -148,7 +166,10 @@ pub fn apply_defaults(ri: &ResourceInfo, obj: &mut Value) {
                 set_default(spec, "priority", json!(0));
             }
         }
-        ("", "secrets") => set_default(obj, "type", json!("Opaque")),
+        ("", "secrets") => {
+            merge_string_data(obj);
+            set_default(obj, "type", json!("Opaque"));
+        }
         ("", "services") => {
             if let Some(spec) = obj.get_mut("spec") {
                 set_default(spec, "type", json!("ClusterIP"));

@@ -194,10 +194,11 @@ fn check(v: &Value, s: &Value, path: &str, errs: &mut Vec<Cause>) {
     }
 }
 
-/// Default, prune and validate a custom resource; `Err` is the 422 Invalid Status.
-pub fn validate(ri: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
+/// Structural-schema defaulting and pruning, as kube-apiserver applies them when it decodes a
+/// request and again after mutating admission.
+pub fn default_and_prune(ri: &ResourceInfo, obj: &mut Value) {
     let Some(schema) = &ri.schema else {
-        return Ok(());
+        return;
     };
     let mut defaulted = kube::core::cel::apply_defaults(schema, obj);
     if let (Some(m), Some(orig)) = (defaulted.as_object_mut(), obj.get("metadata")) {
@@ -205,6 +206,14 @@ pub fn validate(ri: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> ApiR
     }
     *obj = defaulted;
     prune(obj, schema, true);
+}
+
+/// Default, prune and validate a custom resource; `Err` is the 422 Invalid Status.
+pub fn validate(ri: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
+    let Some(schema) = &ri.schema else {
+        return Ok(());
+    };
+    default_and_prune(ri, obj);
     let mut errs: Vec<Cause> = vec![];
     check(obj, schema, "", &mut errs);
     if errs.is_empty() {

@@ -11,6 +11,8 @@ mod crdvalid;
 mod faults;
 mod fields;
 mod identity;
+mod matchcond;
+mod metavalid;
 mod openapi;
 mod protobuf;
 mod resources;
@@ -23,6 +25,8 @@ mod status;
 mod store;
 mod table;
 mod tls;
+mod webhookclient;
+mod webhookconfig;
 
 pub mod harness;
 

@@ -489,8 +489,23 @@ impl Store {
         st.objects.get("/namespaces").and_then(|m| m.get(ns)).cloned()
     }
 
-    /// Validate and complete a create (kube-apiserver's BeforeCreate).
+    /// Validate and complete a create (kube-apiserver's BeforeCreate) without admission.
     pub fn prepare_create(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        obj: Value,
+        o: &WriteOpts,
+    ) -> ApiResult<Pending> {
+        let mut p = self.begin_create(ri, ns, obj, o)?;
+        self.complete(&mut p)?;
+        Ok(p)
+    }
+
+    /// The part of a create before mutating admission: the decoded, defaulted object as a
+    /// mutating webhook sees it (no generated name, uid or creationTimestamp yet: kube-apiserver's
+    /// registry `Store.create` assigns them after mutating admission).
+    pub fn begin_create(
         &self,
         ri: &ResourceInfo,
         ns: &str,
@@ -516,9 +531,101 @@ impl Store {
         } else if let Some(m) = obj["metadata"].as_object_mut() {
             m.remove("namespace");
         }
-        let mut name = name_of(&obj).to_string();
+        // The NamespaceLifecycle admission plugin runs before the webhooks.
+        self.check_namespace_open(ri, ns, name_of(&obj))?;
+        let ts = now();
+        // managedFields a create sends are kept (kube-apiserver decodes them like an update's).
+        let client_mf: Vec<Value> = obj
+            .pointer("/metadata/managedFields")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.get("manager").is_some())
+            .cloned()
+            .collect();
+        {
+            let m =
+                obj["metadata"].as_object_mut().ok_or_else(|| ApiError::internal("metadata"))?;
+            for f in [
+                "uid",
+                "creationTimestamp",
+                "resourceVersion",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "selfLink",
+                "managedFields",
+            ] {
+                m.remove(f);
+            }
+            if ri.generation {
+                m.insert("generation".into(), json!(1));
+            } else {
+                m.remove("generation");
+            }
+        }
+        if !ri.custom {
+            fields::drop_undeclared(&mut obj, schema_node(ri));
+        }
+        builtin::prepare_create(ri, &mut obj);
+        builtin::apply_defaults(ri, &mut obj);
+        if ri.custom {
+            crate::crdvalid::default_and_prune(ri, &mut obj);
+        }
+        crate::webhookconfig::apply_defaults(ri, &mut obj);
+        let who = Who {
+            manager: &o.field_manager,
+            api_version: &ri.api_version(),
+            subresource: "",
+            now: &ts,
+            custom: ri.custom,
+        };
+        let base =
+            (!client_mf.is_empty()).then(|| json!({"metadata": {"managedFields": client_mf}}));
+        fields::record_update(base.as_ref(), &mut obj, schema_node(ri), &who);
+        let key = obj_key(if ri.namespaced { ns } else { "" }, name_of(&obj));
+        Ok(Pending { ri: ri.clone(), key, old: None, obj, subresource: String::new() })
+    }
+
+    /// NamespaceLifecycle: no creates in a missing or terminating namespace.
+    fn check_namespace_open(&self, ri: &ResourceInfo, ns: &str, name: &str) -> ApiResult<()> {
+        if !ri.namespaced {
+            return Ok(());
+        }
+        let st = self.lock();
+        match Self::namespace_state(&st, ns) {
+            None => Err(ApiError::not_found("", "namespaces", ns)),
+            Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
+                Err(ApiError::forbidden(
+                    &ri.group,
+                    &ri.plural,
+                    name,
+                    &format!(
+                        "unable to create new content in namespace {ns} because it is being terminated"
+                    ),
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The part of a write after mutating admission and before validating admission
+    /// (kube-apiserver's registry `BeforeCreate`/`BeforeUpdate`): a create gets its generated
+    /// name, uid and creationTimestamp; custom resources are defaulted again, pruned and
+    /// validated (schema and CEL); ObjectMeta and the kind's own rules are checked.
+    pub fn complete(&self, p: &mut Pending) -> ApiResult<()> {
+        let ri = p.ri.clone();
+        match p.old.clone() {
+            None => self.complete_create(&ri, p),
+            Some(old) => complete_update(&ri, &old, &mut p.obj),
+        }
+    }
+
+    fn complete_create(&self, ri: &ResourceInfo, p: &mut Pending) -> ApiResult<()> {
+        let obj = &mut p.obj;
+        let ns = ns_of(obj).to_string();
+        let mut name = name_of(obj).to_string();
         if name.is_empty()
-            && let Some(g) = obj["metadata"]["generateName"].as_str()
+            && let Some(g) = obj["metadata"]["generateName"].as_str().filter(|g| !g.is_empty())
         {
             name = format!("{g}{}", random_suffix());
             obj["metadata"]["name"] = json!(name);
@@ -547,84 +654,35 @@ impl Store {
                 )],
             ));
         }
-        let st = self.lock();
-        if ri.namespaced {
-            match Self::namespace_state(&st, ns) {
-                None => return Err(ApiError::not_found("", "namespaces", ns)),
-                Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
-                    return Err(ApiError::forbidden(
-                        &ri.group,
-                        &ri.plural,
-                        &name,
-                        &format!(
-                            "unable to create new content in namespace {ns} because it is being terminated"
-                        ),
-                    ));
-                }
-                _ => {}
-            }
-        }
-        let key = obj_key(if ri.namespaced { ns } else { "" }, &name);
-        if st.objects.get(&ri.store_key()).is_some_and(|m| m.contains_key(&key)) {
+        self.check_namespace_open(ri, &ns, &name)?;
+        let key = obj_key(if ri.namespaced { &ns } else { "" }, &name);
+        if self.lock().objects.get(&ri.store_key()).is_some_and(|m| m.contains_key(&key)) {
             return Err(ApiError::already_exists(&ri.group, &ri.plural, &name));
         }
-        drop(st);
-        let ts = now();
-        // managedFields a create sends are kept (kube-apiserver decodes them like an update's).
-        let client_mf: Vec<Value> = obj
-            .pointer("/metadata/managedFields")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter(|e| e.get("manager").is_some())
-            .cloned()
-            .collect();
-        {
-            let m =
-                obj["metadata"].as_object_mut().ok_or_else(|| ApiError::internal("metadata"))?;
-            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
-            m.insert("creationTimestamp".into(), json!(ts));
-            for f in [
-                "resourceVersion",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "selfLink",
-                "managedFields",
-            ] {
-                m.remove(f);
-            }
-            if ri.generation {
-                m.insert("generation".into(), json!(1));
-            } else {
-                m.remove("generation");
-            }
-        }
-        if !ri.custom {
-            fields::drop_undeclared(&mut obj, schema_node(ri));
-        }
-        builtin::prepare_create(ri, &mut obj);
-        builtin::apply_defaults(ri, &mut obj);
-        if ri.custom {
-            crate::crdvalid::validate(ri, &mut obj, None)?;
-        }
-        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
-            crd_status(&mut obj);
-        }
-        let who = Who {
-            manager: &o.field_manager,
-            api_version: &ri.api_version(),
-            subresource: "",
-            now: &ts,
-            custom: ri.custom,
-        };
-        let base =
-            (!client_mf.is_empty()).then(|| json!({"metadata": {"managedFields": client_mf}}));
-        fields::record_update(base.as_ref(), &mut obj, schema_node(ri), &who);
-        Ok(Pending { ri: ri.clone(), key, old: None, obj, subresource: String::new() })
+        p.key = key;
+        let m = obj["metadata"].as_object_mut().ok_or_else(|| ApiError::internal("metadata"))?;
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(now()));
+        validate_written(ri, obj, None)
     }
 
-    /// A full replacement (PUT) of an object or of its status.
+    /// A full replacement (PUT) of an object or of its status, without admission.
     pub fn prepare_update(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        obj: Value,
+        sub: &str,
+        o: &WriteOpts,
+    ) -> ApiResult<Pending> {
+        let mut p = self.begin_update(ri, ns, name, obj, sub, o)?;
+        self.complete(&mut p)?;
+        Ok(p)
+    }
+
+    /// The part of an update before mutating admission (see [`Store::complete`]).
+    pub fn begin_update(
         &self,
         ri: &ResourceInfo,
         ns: &str,
@@ -779,15 +837,9 @@ impl Store {
         }
         builtin::apply_defaults(ri, &mut obj);
         if ri.custom {
-            crate::crdvalid::validate(ri, &mut obj, Some(&old))?;
+            crate::crdvalid::default_and_prune(ri, &mut obj);
         }
-        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
-            crd_status(&mut obj);
-        }
-        if ri.generation && strip_for_generation(ri, &old) != strip_for_generation(ri, &obj) {
-            let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) + 1;
-            obj["metadata"]["generation"] = json!(g);
-        }
+        crate::webhookconfig::apply_defaults(ri, &mut obj);
         let api_version = ri.api_version();
         let who = Who {
             manager: &o.field_manager,
@@ -810,9 +862,27 @@ impl Store {
         Ok(Pending { ri: ri.clone(), key, old: Some(old), obj, subresource: sub.to_string() })
     }
 
-    /// JSON merge, JSON, strategic merge patch and server-side apply.
+    /// JSON merge, JSON, strategic merge patch and server-side apply, without admission.
     #[allow(clippy::too_many_arguments)]
     pub fn prepare_patch(
+        &self,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        content_type: &str,
+        body: &[u8],
+        sub: &str,
+        o: &WriteOpts,
+    ) -> ApiResult<Pending> {
+        let mut p = self.begin_patch(ri, ns, name, content_type, body, sub, o)?;
+        self.complete(&mut p)?;
+        Ok(p)
+    }
+
+    /// The part of a patch before mutating admission (see [`Store::complete`]); an apply may
+    /// create.
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin_patch(
         &self,
         ri: &ResourceInfo,
         ns: &str,
@@ -984,7 +1054,7 @@ impl Store {
                     m.insert("name".into(), json!(name));
                 }
                 let mf = obj.pointer("/metadata/managedFields").cloned();
-                let mut p = self.prepare_create(
+                let mut p = self.begin_create(
                     ri,
                     ns,
                     obj,
@@ -1677,4 +1747,46 @@ fn missing_tested_as_null(doc: &Value, op: &json_patch::PatchOperation) -> bool 
     let path = test.path.as_str();
     let parent = path.rsplit_once('/').map_or("", |(parent, _)| parent);
     doc.pointer(parent).is_some_and(Value::is_object)
+}
+
+/// After mutating admission, an update: validated, and its generation bumped on a spec change.
+fn complete_update(ri: &ResourceInfo, old: &Value, obj: &mut Value) -> ApiResult<()> {
+    validate_written(ri, obj, Some(old))?;
+    if ri.generation && strip_for_generation(ri, old) != strip_for_generation(ri, obj) {
+        let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+        obj["metadata"]["generation"] = json!(g);
+    }
+    Ok(())
+}
+
+/// The checks every written object passes after mutating admission: the Namespace name
+/// label (kube-apiserver's namespace strategy sets it on create and update), CRD defaulting,
+/// pruning and validation, ObjectMeta rules and webhook configuration rules.
+fn validate_written(ri: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
+    if ri.group.is_empty() && ri.plural == "namespaces" {
+        let name = name_of(obj).to_string();
+        if !obj["metadata"]["labels"].is_object() {
+            obj["metadata"]["labels"] = json!({});
+        }
+        obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = json!(name);
+    }
+    if ri.custom {
+        crate::crdvalid::validate(ri, obj, old)?;
+    }
+    let mut causes = crate::metavalid::validate_object_meta(&obj["metadata"]);
+    causes.extend(crate::webhookconfig::validate(ri, obj));
+    if !causes.is_empty() {
+        let name = name_of(obj).to_string();
+        let qualified =
+            if ri.group.is_empty() { ri.kind.clone() } else { format!("{}.{}", ri.kind, ri.group) };
+        let mut e = ApiError::invalid(&ri.group, &qualified, &name, causes);
+        if let Some(d) = e.details.as_mut() {
+            d["kind"] = json!(ri.kind);
+        }
+        return Err(e);
+    }
+    if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+        crd_status(obj);
+    }
+    Ok(())
 }

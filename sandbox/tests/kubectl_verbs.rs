@@ -624,3 +624,26 @@ async fn strict_field_validation_and_delete_collection() {
     let left = kubectl_ok(&sb, &["get", "configmap", "-l", "tier", "-o", "name"]).await;
     assert_eq!(left.trim(), "");
 }
+
+/// A Secret's `stringData` is write-only, as in kube-apiserver: merged into `data`
+/// (base64-encoded, winning over a `data` entry of the same key) and never stored, on create
+/// and on update, client-side or server-side apply alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_string_data_is_merged_into_data_and_not_stored() {
+    let sb = common::sandbox().await;
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: db}\n\
+                  data: {user: YWRtaW4=, password: b2xk}\nstringData: {password: s3cr3t}\n";
+    kubectl_stdin_ok(&sb, &["create", "-f", "-"], secret).await;
+    let stored = json(&kubectl_ok(&sb, &["get", "secret", "db", "-o", "json"]).await);
+    assert_eq!(stored["data"]["password"], "czNjcjN0", "{stored}");
+    assert_eq!(stored["data"]["user"], "YWRtaW4=", "{stored}");
+    assert!(stored.get("stringData").is_none(), "stringData was stored: {stored}");
+    assert_eq!(stored["type"], "Opaque");
+
+    let applied =
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: applied}\nstringData: {token: t0k}\n";
+    kubectl_stdin_ok(&sb, &["apply", "--server-side", "-f", "-"], applied).await;
+    let stored = json(&kubectl_ok(&sb, &["get", "secret", "applied", "-o", "json"]).await);
+    assert_eq!(stored["data"]["token"], "dDBr", "{stored}");
+    assert!(stored.get("stringData").is_none(), "{stored}");
+}

@@ -123,25 +123,6 @@ pub fn render_chart(values: serde_json::Value) -> Result<ChartRender, HelmError>
 /// Every admission path the chart knows how to register a webhook configuration for.
 pub const ADMISSION_PATHS: [&str; 2] = ["/validate/healthchecks", "/admit/applications"];
 
-/// The helper in `_helpers.tpl` that lists the served admission paths, as shipped.
-const SERVED_PATHS_HELPER: &str =
-    "{{- define \"kuvryn-sync.webhook.servedAdmissionPaths\" -}}\n[]\n{{- end }}";
-
-/// A copy of this repository's chart, in a temporary directory, that declares every admission
-/// path of [`ADMISSION_PATHS`] served: what the chart will render once the webhook serves them.
-pub fn chart_declaring_all_admission_paths_served() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let chart = dir.path().join("kuvryn-sync");
-    copy_dir(&chart_dir(), &chart);
-    let helpers_path = chart.join("templates/_helpers.tpl");
-    let helpers = std::fs::read_to_string(&helpers_path).expect("read _helpers.tpl");
-    assert!(helpers.contains(SERVED_PATHS_HELPER), "the served-paths helper is as expected");
-    let all = serde_json::to_string(&ADMISSION_PATHS).expect("json");
-    let served = SERVED_PATHS_HELPER.replace("\n[]\n", &format!("\n{all}\n"));
-    std::fs::write(&helpers_path, helpers.replace(SERVED_PATHS_HELPER, &served)).expect("write");
-    (dir, chart)
-}
-
 /// Copy a directory tree.
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");

@@ -6,3 +6,4 @@ pub mod cluster;
 pub mod helm;
 pub mod process_tree;
 pub mod servers;
+pub mod webhook;

@@ -15,9 +15,7 @@ use anyhow::{Context, Result, bail};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use kuvryn_sync_tests::cluster::{TestCluster, workspace_binary};
-use kuvryn_sync_tests::helm::{
-    ChartRender, chart_declaring_all_admission_paths_served, chart_dir, render_chart_in,
-};
+use kuvryn_sync_tests::helm::{ChartRender, chart_dir, render_chart_in};
 use kuvryn_sync_tests::servers::{ServerProcess, free_port};
 use serde_json::{Value, json};
 
@@ -135,19 +133,19 @@ async fn installing_the_chart_does_not_block_creating_an_application() -> Result
     let (ok, out) = create_application(&cluster, &namespace, dir.path(), "web").await?;
     assert!(ok, "creating an Application after installing the chart: {out}");
 
-    // Control: a chart that registered the admission paths the webhook does not serve yet.
-    let (_copy, chart) = chart_declaring_all_admission_paths_served();
-    let unserved = render_chart_in(&chart, &namespace, json!({}))?;
-    let configurations = admission_configurations(&unserved);
-    assert_eq!(configurations.len(), 2, "the control registers both configurations");
-    // The control's CA must be the one the running webhook serves with: reuse its Secret's CA.
-    let ca = render.get("Secret", WEBHOOK_TLS_SECRET)["data"]["ca.crt"].clone();
+    // Control: the same configurations pointed at a path the webhook does not serve.
+    let configurations = admission_configurations(&render);
+    assert_eq!(configurations.len(), 2, "the chart registers both configurations");
     let configurations: Vec<Value> = configurations
         .into_iter()
         .map(|cfg| {
             let mut cfg = cfg.clone();
+            let name = cfg["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            cfg["metadata"]["name"] = json!(format!("{name}-unserved"));
             for hook in cfg["webhooks"].as_array_mut().into_iter().flatten() {
-                hook["clientConfig"]["caBundle"] = ca.clone();
+                hook["clientConfig"]["service"]["path"] = json!("/admit/unserved");
+                let hook_name = hook["name"].as_str().unwrap_or_default().to_owned();
+                hook["name"] = json!(format!("unserved.{hook_name}"));
             }
             cfg
         })
@@ -156,7 +154,7 @@ async fn installing_the_chart_does_not_block_creating_an_application() -> Result
     let (ok, out) = create_application(&cluster, &namespace, dir.path(), "api").await?;
     assert!(!ok, "an unserved fail-closed webhook must block the create: {out}");
     assert!(
-        out.contains("admit.applications.sync.kuvryn.io"),
+        out.contains("unserved.admit.applications.sync.kuvryn.io"),
         "the denial names the webhook: {out}"
     );
     Ok(())

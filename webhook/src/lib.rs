@@ -2,4 +2,7 @@
 //! serves [`routes::router`], and the chart's tests check every admission path the chart
 //! registers against [`routes::ROUTES`].
 
+pub mod admission;
+pub mod hooks;
+pub mod metrics;
 pub mod routes;

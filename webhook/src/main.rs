@@ -1,11 +1,11 @@
 //! `kuvryn-sync-webhook`: the TLS server for admission (HealthCheck validation, Application
 //! approval and rollback audit) and for Git push and ImagePolicy receivers.
 //!
-//! Handlers only parse and wrap; decisions live in `kuvryn-sync-core`. So far it serves TLS with
+//! Handlers only parse and wrap; decisions live in `kuvryn-sync-core`. It serves TLS with
 //! certificate rotation (the files are re-read when they change, as cert-manager renews them) and
-//! `/healthz`, `/readyz`, `/metrics` on a plain-HTTP port; the admission and receiver routes join
-//! the route table in `kuvryn_sync_webhook::routes` as they arrive (the chart registers only paths
-//! that table serves, and a chart test holds it to that).
+//! `/healthz`, `/readyz`, `/metrics` on a plain-HTTP port. What the HTTPS listener serves is the
+//! route table in `kuvryn_sync_webhook::routes` (the chart registers only admission paths that
+//! table serves, and a chart test holds it to that).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,8 @@ use clap::Parser;
 use kuvryn_sync_runtime::logging::{self, LogFormat};
 use kuvryn_sync_runtime::ops::{self, Readiness};
 use kuvryn_sync_runtime::{flags, signals, tls};
-use kuvryn_sync_webhook::routes;
+use kuvryn_sync_webhook::metrics::WebhookMetrics;
+use kuvryn_sync_webhook::routes::{self, AppState};
 use prometheus_client::registry::Registry;
 
 /// Kuvryn Sync admission webhook and push receivers.
@@ -66,7 +67,9 @@ async fn main() -> anyhow::Result<()> {
 
     let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
     let ops_stop = tokio_util::sync::CancellationToken::new();
-    let registry = Registry::default();
+    let mut registry = Registry::default();
+    let metrics = WebhookMetrics::register(&mut registry);
+    let state = AppState { client: api_client().await, metrics };
     let readiness = Readiness::default();
     let (ops_listener, ops_addr) = ops::bind(args.metrics_bind_address)
         .await
@@ -87,7 +90,7 @@ async fn main() -> anyhow::Result<()> {
     let handle = axum_server::Handle::new();
     let server = axum_server::from_tcp_rustls(listener, tls)?
         .handle(handle.clone())
-        .serve(routes::router().into_make_service());
+        .serve(routes::router(state).into_make_service());
     let server = tokio::spawn(server);
     readiness.set(true);
     tracing::info!(%https_addr, %ops_addr, "webhook serving");
@@ -102,6 +105,20 @@ async fn main() -> anyhow::Result<()> {
     ops_server.await.context("ops server task")?.context("ops server")?;
     tracing::info!("webhook stopped");
     Ok(())
+}
+
+/// The webhook's API client (in-cluster, or `KUBECONFIG`). Without one the webhook still serves:
+/// HealthCheck validation needs no API access, and an Application request that must read a
+/// Revision is denied with a message that points here.
+async fn api_client() -> Option<kube::Client> {
+    match kube::Client::try_default().await {
+        Ok(client) => Some(client),
+        Err(err) => {
+            tracing::warn!(error = %err, "no API server access: approvals and rollback requests \
+                will be denied until the webhook can read Revisions");
+            None
+        }
+    }
 }
 
 /// Reload the serving certificate when either file's modification time changes.

@@ -6,7 +6,12 @@
 //! its kind.
 
 use axum::Router;
-use axum::routing::get;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{get, post};
+
+use crate::metrics::WebhookMetrics;
+use crate::{admission, hooks};
 
 /// What a route is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,19 +33,80 @@ pub struct Route {
     pub kind: RouteKind,
 }
 
-/// Every route [`router`] serves. Admission and receiver routes join when their handlers exist.
-pub const ROUTES: &[Route] = &[Route { path: HEALTHZ, kind: RouteKind::Health }];
+/// Every route [`router`] serves.
+pub const ROUTES: &[Route] = &[
+    Route { path: HEALTHZ, kind: RouteKind::Health },
+    Route { path: VALIDATE_HEALTHCHECKS, kind: RouteKind::Admission },
+    Route { path: ADMIT_APPLICATIONS, kind: RouteKind::Admission },
+    Route { path: hooks::REPOSITORY_HOOK_PATH, kind: RouteKind::Receiver },
+    Route { path: hooks::IMAGE_POLICY_HOOK_PATH, kind: RouteKind::Receiver },
+];
 
 const HEALTHZ: &str = "/healthz";
+/// HealthCheck validation (ValidatingWebhookConfiguration).
+pub const VALIDATE_HEALTHCHECKS: &str = "/validate/healthchecks";
+/// Application approval and rollback audit (MutatingWebhookConfiguration).
+pub const ADMIT_APPLICATIONS: &str = "/admit/applications";
+
+/// Largest request body accepted (413 above it).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
 /// The admission paths served, for the chart's webhook configurations.
 pub fn admission_paths() -> impl Iterator<Item = &'static str> {
     ROUTES.iter().filter(|route| route.kind == RouteKind::Admission).map(|route| route.path)
 }
 
+/// Whether `path` (a route pattern) is an admission path.
+pub fn is_admission_path(path: &str) -> bool {
+    admission_paths().any(|p| p == path)
+}
+
+/// What the handlers share.
+#[derive(Clone, Default)]
+pub struct AppState {
+    /// The webhook's own API client; `None` when it could not be configured (admission that
+    /// must read a Revision then says so).
+    pub client: Option<kube::Client>,
+    /// Request and latency metrics.
+    pub metrics: WebhookMetrics,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("has_client", &self.client.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The HTTPS router.
-pub fn router() -> Router {
-    Router::new().route(HEALTHZ, get(|| async { "ok" }))
+pub fn router(state: AppState) -> Router {
+    let metrics = state.metrics.clone();
+    let receivers = match &state.client {
+        Some(client) => hooks::router(hooks::HookState::new(client.clone())),
+        None => unavailable_receivers(),
+    };
+    Router::new()
+        .route(HEALTHZ, get(|| async { "ok" }))
+        .route(VALIDATE_HEALTHCHECKS, post(admission::validate_health_check))
+        .route(ADMIT_APPLICATIONS, post(admission::admit_application))
+        .with_state(state)
+        .merge(receivers)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(metrics, crate::metrics::track))
+}
+
+/// The receiver paths of a webhook without API access: 503, saying why.
+fn unavailable_receivers() -> Router {
+    let unavailable = || async {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "the Kuvryn Sync webhook has no API server access; see its log",
+        )
+    };
+    hooks::HOOK_PATHS
+        .iter()
+        .fold(Router::new(), |router, path| router.route(path, post(unavailable)))
 }
 
 #[cfg(test)]
@@ -52,7 +118,7 @@ mod tests {
 
     async fn status_of(path: &str) -> StatusCode {
         let request = Request::get(path).body(Body::empty()).expect("request");
-        router().oneshot(request).await.expect("router answers").status()
+        router(AppState::default()).oneshot(request).await.expect("router answers").status()
     }
 
     #[tokio::test]
@@ -60,7 +126,7 @@ mod tests {
         for route in ROUTES {
             assert_ne!(status_of(route.path).await, StatusCode::NOT_FOUND, "{route:?}");
         }
-        for unlisted in ["/validate/healthchecks", "/admit/applications", "/hooks/x"] {
+        for unlisted in ["/validate/other", "/admit/other", "/hooks/x"] {
             assert_eq!(status_of(unlisted).await, StatusCode::NOT_FOUND, "{unlisted}");
         }
     }

@@ -143,10 +143,9 @@ readinessProbe:
 
 {{/*
 The admission paths the webhook serves, as a JSON list. It mirrors the webhook's route table
-(webhook/src/routes.rs, `admission_paths`), and a chart test fails when the two differ. Empty until
-the admission handlers exist: a fail-closed webhook configuration for an unserved path would block
-every write to its kind.
+(webhook/src/routes.rs, `admission_paths`), and a chart test fails when the two differ: a
+fail-closed webhook configuration for an unserved path would block every write to its kind.
 */}}
 {{- define "kuvryn-sync.webhook.servedAdmissionPaths" -}}
-[]
+["/validate/healthchecks", "/admit/applications"]
 {{- end }}

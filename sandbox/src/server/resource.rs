@@ -213,7 +213,7 @@ async fn create(req: &Request<'_>, t: &Target) -> ApiResult<Response> {
     let o = write_opts(req.q, req.headers)?;
     let obj = decode_body(req.headers, &req.body)?;
     let mut warnings = field_validation(ri, &obj, req.q)?;
-    let mut p = store.prepare_create(ri, &t.namespace(), obj, &o)?;
+    let mut p = store.begin_create(ri, &t.namespace(), obj, &o)?;
     warnings.extend(admit(req, &mut p, "CREATE", &o).await?);
     let created = store.commit(p, o.dry_run)?;
     Ok(with_warnings(json_response(201, &created), &warnings))
@@ -225,7 +225,7 @@ async fn update(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response
     let o = write_opts(req.q, req.headers)?;
     let obj = decode_body(req.headers, &req.body)?;
     let mut warnings = field_validation(ri, &obj, req.q)?;
-    let mut p = store.prepare_update(ri, &t.namespace(), name, obj, &t.sub, &o)?;
+    let mut p = store.begin_update(ri, &t.namespace(), name, obj, &t.sub, &o)?;
     warnings.extend(admit(req, &mut p, "UPDATE", &o).await?);
     let updated = store.commit(p, o.dry_run)?;
     Ok(with_warnings(json_response(200, &updated), &warnings))
@@ -249,7 +249,7 @@ async fn patch(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response>
     }
     let mut last = None;
     for _ in 0..5 {
-        let mut p = store.prepare_patch(ri, &ns, name, &ct, &req.body, &t.sub, &o)?;
+        let mut p = store.begin_patch(ri, &ns, name, &ct, &req.body, &t.sub, &o)?;
         let created = p.old.is_none();
         let op = if created { "CREATE" } else { "UPDATE" };
         warnings.extend(admit(req, &mut p, op, &o).await?);
@@ -351,9 +351,14 @@ async fn delete(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response
         user: req.user,
         old: Some(&cur),
         dry_run: dry,
-        options: json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", "propagationPolicy": opts.get("propagationPolicy")}),
+        options: options_object("DeleteOptions", dry, |o| {
+            if let Some(pp) = opts.get("propagationPolicy").filter(|p| !p.is_null()) {
+                o["propagationPolicy"] = pp.clone();
+            }
+        }),
     };
-    crate::admission::admit(store, &req.app.services, &areq, &mut None).await?;
+    crate::admission::mutate(store, &req.app.services, &areq, &mut None).await?;
+    crate::admission::validate(store, &req.app.services, &areq, None).await?;
     let (resp, _) = store.delete(ri, &ns, name, &opts, dry)?;
     Ok(json_response(200, &resp))
 }
@@ -380,7 +385,18 @@ fn delete_collection(req: &Request, t: &Target) -> ApiResult<Response> {
     Ok(json_response(200, &list))
 }
 
-/// Run admission webhooks on a prepared write, mutating it in place.
+/// The `request.options` object of an AdmissionReview: `dryRun: ["All"]` on a dry run.
+fn options_object(kind: &str, dry_run: bool, extra: impl FnOnce(&mut Value)) -> Value {
+    let mut o = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if dry_run {
+        o["dryRun"] = json!(["All"]);
+    }
+    extra(&mut o);
+    o
+}
+
+/// Admission of a prepared write as kube-apiserver orders it: mutating webhooks, then the
+/// registry's defaulting and validation ([`store::Store::complete`]), then validating webhooks.
 async fn admit(
     req: &Request<'_>,
     p: &mut store::Pending,
@@ -391,28 +407,42 @@ async fn admit(
     let ns = store::ns_of(&p.obj).to_string();
     let kind = if operation == "CREATE" {
         "CreateOptions"
-    } else if req.q.contains_key("force") || p.subresource.is_empty() && p.old.is_some() {
+    } else if *req.method == Method::PUT {
         "UpdateOptions"
     } else {
         "PatchOptions"
     };
     let old = p.old.clone();
+    let ri = p.ri.clone();
+    let sub = p.subresource.clone();
     let areq = crate::admission::Request {
-        ri: &p.ri,
+        ri: &ri,
         operation,
-        subresource: &p.subresource,
+        subresource: &sub,
         namespace: &ns,
         name: &name,
         user: req.user,
         old: old.as_deref(),
         dry_run: o.dry_run,
-        options: json!({"kind": kind, "apiVersion": "meta.k8s.io/v1", "fieldManager": o.field_manager}),
+        options: options_object(kind, o.dry_run, |opts| {
+            if !o.field_manager.is_empty() {
+                opts["fieldManager"] = json!(o.field_manager);
+            }
+            if kind == "PatchOptions" && o.force {
+                opts["force"] = json!(true);
+            }
+        }),
     };
+    let (store, services) = (&req.app.store, &req.app.services);
     let mut obj = Some(p.obj.clone());
-    let warnings =
-        crate::admission::admit(&req.app.store, &req.app.services, &areq, &mut obj).await?;
-    if let Some(obj) = obj {
+    let mut warnings = crate::admission::mutate(store, services, &areq, &mut obj).await?;
+    if let Some(mut obj) = obj {
+        if let Some(w) = crate::admission::restore_invalid_managed_fields(&p.obj, &mut obj) {
+            warnings.push(w);
+        }
         p.obj = obj;
     }
+    store.complete(p)?;
+    warnings.extend(crate::admission::validate(store, services, &areq, Some(&p.obj)).await?);
     Ok(warnings)
 }

@@ -93,6 +93,8 @@ pub struct Planned {
     /// The health of each desired object, from its live state (objects not found yet are
     /// Progressing).
     pub health: Vec<ObjectHealth>,
+    /// `sha256:<hex>` of the Helm chart archive pulled for the render, if any.
+    pub chart_digest: Option<String>,
 }
 
 /// The step the controller performs after writing the decided objects.
@@ -819,7 +821,8 @@ fn revision_for(app: &Application, planned: &Planned, existing: Option<&Revision
     revision.metadata.namespace = app.metadata.namespace.clone();
     revision.metadata.labels = Some([(keys::APPLICATION.to_owned(), name)].into());
     revision.metadata.owner_references = app.controller_owner_ref(&()).map(|o| vec![o]);
-    revision.status = Some(RevisionStatus::default());
+    revision.status =
+        Some(RevisionStatus { chart_digest: planned.chart_digest.clone(), ..Default::default() });
     revision
 }
 

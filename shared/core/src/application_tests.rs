@@ -193,6 +193,7 @@ fn planned_with(
         unlisted: vec![],
         revision,
         health: Vec::new(),
+        chart_digest: None,
     }
 }
 

@@ -402,7 +402,7 @@ fn fingerprint(objects: &[DesiredObject]) -> String {
 }
 
 /// JSON with object keys sorted at every level, whatever map order serde_json was built with.
-fn canonical_json(value: &Value, out: &mut String) {
+pub(crate) fn canonical_json(value: &Value, out: &mut String) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<_> = map.iter().collect();

@@ -5,6 +5,8 @@
 //!
 //! | module | decides |
 //! |---|---|
+//! | [`health_rules`] | whether a HealthCheck rule compiles and returns a bool, and its answer |
+//! | [`diagnosis`] | the root causes of unhealthy managed resources (`status.diagnosis`) |
 //! | [`kstatus`] | a live object's health by the Kubernetes status conventions (cli-utils kstatus) |
 //! | [`dependencies`] | whether `spec.dependsOn` holds an Application back, and dependency cycles |
 //! | [`history`] | which Revisions `spec.history.limit` deletes |
@@ -20,24 +22,32 @@
 //! | [`prune`] | which managed objects a sync prunes, and which it keeps and why |
 //! | [`inventory`] | `status.managedKinds` before and after a sync, and the identity a sync acts as |
 //! | [`field_manager`] | an Application's server-side apply field manager |
+//! | [`helm_values`] | Helm values assembly, release names, chart registry credentials |
+//! | [`receiver`] | who may call a push or image hook, what the call says, and what it asks for |
 //! | [`repository`] | a Repository reconcile's status, Events and writes |
 //! | [`rollout`] | an attempt's health, its deadline, the backoff between attempts, approvals |
+//! | [`admission`] | what an Application request may change in its approval and rollback annotations, and what the webhook records |
 //! | [`application`] | an Application sync: its Revision, status, Events and step |
 
+pub mod admission;
 pub mod application;
 pub mod conditions;
 pub mod credentials;
 pub mod dependencies;
 pub mod desired;
+pub mod diagnosis;
 pub mod discovery;
 pub mod duration;
 pub mod field_manager;
+pub mod health_rules;
+pub mod helm_values;
 pub mod history;
 pub mod inventory;
 pub mod kstatus;
 pub mod order;
 pub mod plan;
 pub mod prune;
+pub mod receiver;
 pub mod redact;
 pub mod repository;
 pub mod rollout;

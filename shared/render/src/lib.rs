@@ -1,5 +1,10 @@
 //! Kuvryn Sync's renderers: from a checked-out commit and an Application's `spec.source` to the
 //! objects it declares ([`kuvryn_sync_core::desired::Rendered`]), which `core::desired` then
-//! normalises and validates. So far: `type: yaml` ([`yaml`]).
+//! normalises and validates. So far: `type: yaml` ([`yaml`]) and SOPS decryption ([`sops`]).
 
+pub mod helm;
+pub mod kustomize;
+pub mod sops;
+pub mod source;
+pub mod workspace;
 pub mod yaml;

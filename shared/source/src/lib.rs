@@ -7,5 +7,6 @@
 //! one (`kuvryn_sync_runtime::tls::install_crypto_provider`) before building a [`git::GitCache`],
 //! which refuses to start otherwise.
 
+pub mod chart;
 pub mod git;
 pub mod tree;

@@ -8,6 +8,7 @@
 
 pub mod git_daemon;
 pub mod https;
+pub mod registry;
 pub mod repo;
 pub mod ssh;
 
