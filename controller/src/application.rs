@@ -69,7 +69,7 @@ use kuvryn_sync_source::git::{CheckedOutTree, GitCache};
 
 use crate::fault::FaultPoint;
 use crate::watches::ManagedWatches;
-use crate::{deletion, health, render};
+use crate::{deletion, diagnose, health, render};
 use crate::{source, triggers};
 
 /// What the reconciler needs.
@@ -435,20 +435,21 @@ async fn observe(
     learn_secret_values(redactor, &desired);
     let manager = field_manager::for_application(namespace, &app.name_any());
     let engine = engine_for(app, &client, &manager, ctx);
-    match plan_desired_state(app, namespace, &engine, &commit, &desired, ctx).await? {
-        Ok((plan, prune, unlisted, revision, health)) => {
-            Ok(Ok(Observation::Planned(Box::new(Planned {
-                service_account,
-                commit,
-                desired,
-                plan,
-                prune,
-                unlisted,
-                revision,
-                health,
-                chart_digest,
-            }))))
-        }
+    match plan_desired_state(app, namespace, (&engine, &client), &commit, &desired, ctx, redactor)
+        .await?
+    {
+        Ok(parts) => Ok(Ok(Observation::Planned(Box::new(Planned {
+            service_account,
+            commit,
+            desired,
+            plan: parts.plan,
+            prune: parts.prune,
+            unlisted: parts.unlisted,
+            revision: parts.existing,
+            health: parts.health,
+            chart_digest,
+            diagnosis: parts.diagnosis,
+        })))),
         Err(err) => Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
     }
 }
@@ -590,16 +591,25 @@ async fn render_and_validate(
         .map_err(|refusal| (FailureReason::ValidationFailure, refusal.to_string())))
 }
 
-type PlanParts = (Plan, PrunePlan, Vec<GroupKind>, Option<Revision>, Vec<ObjectHealth>);
+/// What step 4 found.
+struct PlanParts {
+    plan: Plan,
+    prune: PrunePlan,
+    unlisted: Vec<GroupKind>,
+    existing: Option<Revision>,
+    health: Vec<ObjectHealth>,
+    diagnosis: Vec<kuvryn_sync_api::Diagnosis>,
+}
 
 /// Step 4: live state, dry runs, prune selection, the plan, and the existing Revision.
 async fn plan_desired_state(
     app: &Application,
     namespace: &str,
-    engine: &Engine<'_>,
+    (engine, client): (&Engine<'_>, &kube::Client),
     commit: &str,
     desired: &DesiredState,
     ctx: &ApplicationContext,
+    redactor: &Redactor,
 ) -> Result<Result<PlanParts, EngineError>, ReconcileError> {
     let recorded: Vec<_> = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let mut kinds: BTreeSet<_> = recorded.iter().cloned().collect();
@@ -632,8 +642,18 @@ async fn plan_desired_state(
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     let existing = revisions.get_opt(&revision).await?;
     let rules = ctx.health_rules.current();
-    let health = health_of(&rules, &desired.objects, &found.live(), &now());
-    Ok(Ok((plan, prune, unlisted.into_iter().collect(), existing, health)))
+    let live = found.live();
+    let health = health_of(&rules, &desired.objects, &live, &now());
+    let diagnosis =
+        diagnose::diagnose(client, &ctx.kinds, &desired.objects, &live, &health, redactor).await;
+    Ok(Ok(PlanParts {
+        plan,
+        prune,
+        unlisted: unlisted.into_iter().collect(),
+        existing,
+        health,
+        diagnosis,
+    }))
 }
 
 /// One `InvalidHealthCheck` Warning per HealthCheck rule that is invalid for a kind this sync

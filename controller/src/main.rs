@@ -12,6 +12,7 @@ use std::time::Duration;
 
 mod application;
 mod deletion;
+mod diagnose;
 mod fault;
 mod health;
 mod render;

@@ -33,19 +33,19 @@ use kube_core::Resource;
 use serde_json::Value;
 
 use kuvryn_sync_api::{
-    Application, ApplicationStatus, ConditionReason, ConditionType, ConflictPolicy, EventReason,
-    Failure, FailureReason, HealthState, HookStage, HookState, HookStatus, LocalObjectReference,
-    MAX_HOOKS, PlanAction, ResourceRef, Revision, RevisionPhase, RevisionSource, RevisionSpec,
-    RevisionStatus, SyncState, keys,
+    Application, ApplicationStatus, ConditionReason, ConditionType, ConflictPolicy, Diagnosis,
+    EventReason, Failure, FailureReason, HealthState, HookStage, HookState, HookStatus,
+    LocalObjectReference, MAX_HOOKS, PlanAction, ResourceRef, Revision, RevisionPhase,
+    RevisionSource, RevisionSpec, RevisionStatus, SyncState, keys,
 };
 
 use crate::conditions::{self, NewCondition, Status};
 use crate::desired::{DesiredState, GroupKind, ObjectKey, Stage, group_of};
-use crate::inventory;
 use crate::plan::Plan;
 use crate::prune::{ManagedObject, PrunePlan};
 use crate::redact::{self, Redactor};
 use crate::rollout::{self, ObjectHealth, Verdict};
+use crate::{diagnosis, inventory};
 
 /// Longest condition, failure or Event message we write.
 pub const MAX_MESSAGE: usize = 1024;
@@ -95,6 +95,9 @@ pub struct Planned {
     pub health: Vec<ObjectHealth>,
     /// `sha256:<hex>` of the Helm chart archive pulled for the render, if any.
     pub chart_digest: Option<String>,
+    /// The root causes of the objects that are not Healthy (`core::diagnosis`), computed with
+    /// the health.
+    pub diagnosis: Vec<Diagnosis>,
 }
 
 /// The step the controller performs after writing the decided objects.
@@ -493,11 +496,10 @@ fn observe_rollout(
     let summary = rollout::summarise(&planned.health);
     set_sync(&mut status, SyncState::Synced, now);
     set_deployed(&mut status, &planned.commit);
-    set_health(&mut status, &summary, now);
+    let mut events = set_health(&mut status, &summary, planned, now);
     let revision_status = revision.status.get_or_insert_with(Default::default);
     revision_status.health = Some(summary.counts.clone());
     revision_status.hooks = hook_records(planned);
-    let mut events = Vec::new();
     let mut requeue_after = None;
     if rollout::is_done(summary.state) {
         revision_status.phase = Some(RevisionPhase::Healthy);
@@ -621,11 +623,7 @@ fn watch_finished(
     let summary = rollout::summarise(&planned.health);
     set_sync(&mut status, SyncState::Synced, now);
     set_deployed(&mut status, &planned.commit);
-    set_health(&mut status, &summary, now);
-    let mut events = Vec::new();
-    if rollout::is_done(summary.state) {
-        status.diagnosis.clear();
-    }
+    let mut events = set_health(&mut status, &summary, planned, now);
     let (condition_status, reason, message) = if rollout::is_done(summary.state) {
         let name =
             planned.revision.as_ref().and_then(|r| r.metadata.name.clone()).unwrap_or_default();
@@ -765,13 +763,53 @@ fn unhealthy_message(summary: &rollout::HealthSummary, what: &str) -> String {
     }
 }
 
-fn set_health(status: &mut ApplicationStatus, summary: &rollout::HealthSummary, now: &Time) {
+/// Health observed: the counts, the state, and the diagnosis that explains it (empty once every
+/// resource is Healthy). `Diagnosed` when the root causes change or the Application becomes
+/// Degraded with causes to name.
+fn set_health(
+    status: &mut ApplicationStatus,
+    summary: &rollout::HealthSummary,
+    planned: &Planned,
+    now: &Time,
+) -> Vec<(EventReason, String)> {
+    let became_degraded =
+        summary.state == HealthState::Degraded && status.health.state != HealthState::Degraded;
     status.resources = summary.counts.clone();
     status.state = summary.state;
     if status.health.state != summary.state {
         status.health.state = summary.state;
         status.health.last_transition_time = Some(now.clone());
     }
+    let diagnosis =
+        if rollout::is_done(summary.state) { Vec::new() } else { planned.diagnosis.clone() };
+    let changed = diagnosis::diagnosis_changed(&status.diagnosis, &diagnosis);
+    // Messages carry counts and ages that move every poll: keep the stored words while the
+    // root causes are the same, so an unchanged diagnosis writes nothing.
+    if changed {
+        status.diagnosis = diagnosis;
+    }
+    if (changed || became_degraded) && !status.diagnosis.is_empty() {
+        vec![(EventReason::Diagnosed, diagnosed_message(&status.diagnosis))]
+    } else {
+        Vec::new()
+    }
+}
+
+/// `Diagnosed`: each root cause in a few words.
+fn diagnosed_message(diagnosis: &[Diagnosis]) -> String {
+    let causes: Vec<String> = diagnosis
+        .iter()
+        .map(|d| {
+            let r = &d.resource;
+            let at = if r.namespace.is_empty() {
+                r.name.clone()
+            } else {
+                format!("{}/{}", r.namespace, r.name)
+            };
+            format!("{} ({} {at})", d.reason, r.kind)
+        })
+        .collect();
+    redact::truncate(&format!("{} root cause(s): {}", causes.len(), causes.join("; ")), MAX_MESSAGE)
 }
 
 /// The Revision's `RolloutComplete` condition: False/RollingOut while applying, True once

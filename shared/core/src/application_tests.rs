@@ -194,6 +194,7 @@ fn planned_with(
         revision,
         health: Vec::new(),
         chart_digest: None,
+        diagnosis: Vec::new(),
     }
 }
 
@@ -1608,6 +1609,21 @@ fn reconcile(
     decide(app, &planned(&planned_state), &Redactor::new(), &at(now))
 }
 
+/// [`reconcile`] where the controller's analysis finds [`diagnosis`] whenever a resource is not
+/// Healthy.
+fn reconcile_with_causes(
+    app: &Application,
+    revision: Revision,
+    health: Vec<ObjectHealth>,
+    now: i64,
+) -> Decision {
+    let mut planned_state = planned_with(&web(), unchanged, PrunePlan::default(), Some(revision));
+    let unhealthy = health.iter().any(|h| !rollout::is_done(h.state));
+    planned_state.diagnosis = if unhealthy { vec![diagnosis()] } else { Vec::new() };
+    planned_state.health = health;
+    decide(app, &planned(&planned_state), &Redactor::new(), &at(now))
+}
+
 /// After [`applied`]: the Revision once its rollout completed (at 30), and the Application status
 /// once a later reconcile (at 40) found it still Healthy.
 fn completed_and_watched(decision: &Decision, settled: &Settled) -> (Revision, ApplicationStatus) {
@@ -2509,22 +2525,37 @@ fn diagnosis_is_cleared_when_the_rollout_completes_healthy_and_kept_while_it_is_
     let cases: Vec<(&str, Decision, Vec<Diagnosis>)> = vec![
         (
             "completes Healthy",
-            reconcile(&observing, observing_revision(), web_health(Healthy, Healthy), 30),
+            reconcile_with_causes(
+                &observing,
+                observing_revision(),
+                web_health(Healthy, Healthy),
+                30,
+            ),
             vec![],
         ),
         (
             "completes with a Suspended workload",
-            reconcile(&observing, observing_revision(), web_health(Healthy, Suspended), 30),
+            reconcile_with_causes(
+                &observing,
+                observing_revision(),
+                web_health(Healthy, Suspended),
+                30,
+            ),
             vec![],
         ),
         (
             "still Progressing",
-            reconcile(&observing, observing_revision(), web_health(Healthy, Progressing), 30),
+            reconcile_with_causes(
+                &observing,
+                observing_revision(),
+                web_health(Healthy, Progressing),
+                30,
+            ),
             vec![diagnosis()],
         ),
         (
             "a finished rollout Degraded",
-            reconcile(
+            reconcile_with_causes(
                 &with_diagnosis(&watched),
                 completed.clone(),
                 web_health(Degraded, Healthy),
@@ -2623,7 +2654,8 @@ fn a_health_failure_does_not_clear_the_diagnosis() {
         let mut status = settled.status.clone();
         status.diagnosis = vec![diagnosis()];
         app.status = Some(status);
-        let d = reconcile(&app, stored(&decision, settled.revision.clone()), health, now);
+        let d =
+            reconcile_with_causes(&app, stored(&decision, settled.revision.clone()), health, now);
         let status = d.status.expect("written");
         assert_eq!(status.diagnosis, vec![diagnosis()], "at {now}");
     }
@@ -2734,4 +2766,32 @@ fn retry_blocked_and_approval_stale_messages_have_single_spaces() {
             planned_state.plan.digest
         )
     );
+}
+
+#[test]
+fn diagnosed_is_recorded_when_the_root_causes_change_and_not_again_while_they_hold() {
+    let (decision, settled) = applied(&automatic());
+    let mut app = automatic();
+    app.status = Some(settled.status.clone());
+    let revision = || stored(&decision, settled.revision.clone());
+    let progressing = web_health(HealthState::Healthy, HealthState::Progressing);
+    let first = reconcile_with_causes(&app, revision(), progressing.clone(), 10);
+    let diagnosed = |d: &Decision| {
+        d.events.iter().filter(|(reason, _)| *reason == EventReason::Diagnosed).count()
+    };
+    assert_eq!(diagnosed(&first), 1, "{:?}", first.events);
+    let message =
+        &first.events.iter().find(|(r, _)| *r == EventReason::Diagnosed).expect("event").1;
+    assert_eq!(message, "1 root cause(s): MissingSecret (Secret web/db)");
+    // The same cause with other words (counts, ages): no Event, and the stored words stay.
+    app.status = first.status.clone();
+    let mut planned_state = planned_with(&web(), unchanged, PrunePlan::default(), Some(revision()));
+    planned_state.health = progressing;
+    let mut reworded = diagnosis();
+    reworded.message = "Secret web/db does not exist; 3 Pods wait for it".into();
+    planned_state.diagnosis = vec![reworded];
+    let again = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    assert_eq!(diagnosed(&again), 0, "{:?}", again.events);
+    let status = again.status.clone().or(app.status.clone()).expect("a status");
+    assert_eq!(status.diagnosis, vec![diagnosis()]);
 }
