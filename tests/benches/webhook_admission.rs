@@ -11,7 +11,8 @@
 //! any error (a non-2xx answer, a transport error, or an admission answer that is not the expected
 //! one); the p99 goal (5 ms) is printed, not enforced: absolute times depend on the machine.
 //! Run with `cargo bench -p kuvryn-sync-tests --bench webhook_admission` (scripts/test runs it
-//! with `--profile dev`).
+//! with `--profile dev`); `KSYNC_WEBHOOK_BINARY=target/release/kuvryn-sync-webhook` measures a
+//! release build of the server with the same client.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -161,7 +162,12 @@ async fn main() -> Result<()> {
         validity_days: 1,
     })?;
     certs.write_to(dir.path())?;
-    let mut child = Command::new(workspace_binary("kuvryn-sync-webhook")?)
+    // KSYNC_WEBHOOK_BINARY picks another build (e.g. target/release/kuvryn-sync-webhook).
+    let binary = match std::env::var_os("KSYNC_WEBHOOK_BINARY") {
+        Some(path) => std::path::PathBuf::from(path),
+        None => workspace_binary("kuvryn-sync-webhook")?,
+    };
+    let mut child = Command::new(&binary)
         .args(["--listen", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"])
         .arg("--tls-cert-file")
         .arg(dir.path().join("tls.crt"))
