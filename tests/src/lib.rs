@@ -2,6 +2,7 @@
 
 pub mod application;
 pub mod apply;
+pub mod cli;
 pub mod cluster;
 pub mod helm;
 pub mod process_tree;

@@ -1,0 +1,225 @@
+//! `ksync wait APP --for healthy|synced [--timeout 5m]`: poll the Application until the
+//! condition holds (exit 0), a failure makes it unreachable (exit 1 at once), or the timeout
+//! passes (exit 1 with the last state). A one-line live progress is written on a terminal only.
+
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use kuvryn_sync_api::{Application, ConditionReason, SyncState};
+
+use crate::Outcome;
+use crate::cluster::Cluster;
+use crate::output::condition;
+
+/// How often the Application is read.
+const POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// What to wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// Ready=True with reason Healthy.
+    Healthy,
+    /// Sync state Synced at the desired revision.
+    Synced,
+}
+
+/// `ksync wait` arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WaitArgs {
+    /// The Application.
+    pub app: String,
+    /// The condition to wait for.
+    #[arg(long = "for", value_enum, value_name = "CONDITION")]
+    pub target: Target,
+    /// How long to wait, such as 90s, 5m or 1h30m.
+    #[arg(long, default_value = "5m", value_parser = parse_timeout)]
+    pub timeout: Duration,
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    kuvryn_sync_core::duration::parse(text).map_err(|e| e.to_string())
+}
+
+/// Where the wait stands after one read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The condition holds.
+    Reached,
+    /// Ready=False with a failure reason: waiting longer will not help.
+    Failed(String),
+    /// Not yet; the current state in one line.
+    Pending(String),
+}
+
+/// The state of `app` in one line: sync, health, Ready.
+pub fn state_line(app: &Application) -> String {
+    let status = app.status.clone().unwrap_or_default();
+    format!(
+        "sync {}, health {}, Ready {}",
+        status.sync.state,
+        status.health.state,
+        crate::status::ready_summary(app)
+    )
+}
+
+/// Decide the wait for `target` from one read of `app`.
+pub fn evaluate(target: Target, app: &Application) -> Verdict {
+    let Some(status) = app.status.as_ref() else {
+        return Verdict::Pending("no status yet".to_owned());
+    };
+    let ready = condition(&status.conditions, "Ready");
+    let current = ready
+        .is_none_or(|c| c.observed_generation.is_none_or(|g| Some(g) >= app.metadata.generation));
+    let reached = match target {
+        Target::Healthy => {
+            ready.is_some_and(|c| {
+                c.status == "True" && c.reason == ConditionReason::Healthy.as_str()
+            }) && current
+        }
+        Target::Synced => {
+            status.sync.state == SyncState::Synced
+                && status.desired_revision.is_some()
+                && status.desired_revision == status.deployed_revision
+        }
+    };
+    if reached {
+        return Verdict::Reached;
+    }
+    if let Some(c) = ready.filter(|c| {
+        c.status == "False" && c.reason != ConditionReason::Progressing.as_str() && current
+    }) {
+        let message = if c.message.is_empty() { String::new() } else { format!(": {}", c.message) };
+        return Verdict::Failed(format!("Ready is False/{}{message}", c.reason));
+    }
+    Verdict::Pending(state_line(app))
+}
+
+/// Run `ksync wait`.
+pub async fn run(cluster: &Cluster, args: &WaitArgs) -> Result<Outcome> {
+    let deadline = Instant::now() + args.timeout;
+    let live = std::io::stderr().is_terminal();
+    let name = &args.app;
+    loop {
+        let app = cluster.application(name).await?;
+        let verdict = evaluate(args.target, &app);
+        if live {
+            eprint!("\r\x1b[2K{name}: {}", state_line(&app));
+            std::io::stderr().flush()?;
+        }
+        let end = |line: String| -> Result<()> {
+            if live {
+                eprintln!();
+            }
+            crate::output::print(&line)
+        };
+        match verdict {
+            Verdict::Reached => {
+                end(format!("{name} is {}: {}\n", target_word(args.target), state_line(&app)))?;
+                return Ok(Outcome::Done);
+            }
+            Verdict::Failed(why) => {
+                end(format!("{name} failed: {why}; `ksync diagnose {name}` may say why\n"))?;
+                return Ok(Outcome::NotMet);
+            }
+            Verdict::Pending(state) if Instant::now() >= deadline => {
+                end(format!(
+                    "timed out after {:?} waiting for {name} to be {}; last state: {state}\n",
+                    args.timeout,
+                    target_word(args.target)
+                ))?;
+                return Ok(Outcome::NotMet);
+            }
+            Verdict::Pending(_) => tokio::time::sleep(POLL_INTERVAL).await,
+        }
+    }
+}
+
+fn target_word(target: Target) -> &'static str {
+    match target {
+        Target::Healthy => "healthy",
+        Target::Synced => "synced",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn app(status: Value) -> Application {
+        serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "web", "namespace": "team-a", "generation": 2},
+            "spec": {"source": {"repositoryRef": {"name": "apps"}, "render": {"type": "yaml"}},
+                     "destination": {"namespace": "team-a"}},
+            "status": status,
+        }))
+        .expect("application")
+    }
+
+    fn ready(status: &str, reason: &str, generation: i64) -> Value {
+        json!([{"type": "Ready", "status": status, "reason": reason, "message": "m",
+                "observedGeneration": generation, "lastTransitionTime": "2026-12-01T10:00:00Z"}])
+    }
+
+    #[test]
+    fn healthy_needs_a_current_ready_true_healthy_and_fails_fast_on_a_failure() {
+        let cases = [
+            (json!({}), "pending"),
+            (json!({"conditions": ready("True", "Healthy", 2)}), "reached"),
+            (json!({"conditions": ready("True", "Healthy", 1)}), "pending"),
+            (json!({"conditions": ready("False", "Progressing", 2)}), "pending"),
+            (json!({"conditions": ready("False", "ValidationFailure", 2)}), "failed"),
+            (json!({"conditions": ready("False", "HealthFailure", 1)}), "pending"),
+        ];
+        for (status, want) in cases {
+            let got = match evaluate(Target::Healthy, &app(status.clone())) {
+                Verdict::Reached => "reached",
+                Verdict::Failed(_) => "failed",
+                Verdict::Pending(_) => "pending",
+            };
+            assert_eq!(got, want, "{status}");
+        }
+    }
+
+    #[test]
+    fn synced_needs_the_deployed_revision_to_be_the_desired_one() {
+        let cases = [
+            (
+                json!({"sync": {"state": "Synced"}, "desiredRevision": "c2", "deployedRevision": "c2"}),
+                "reached",
+            ),
+            (
+                json!({"sync": {"state": "Synced"}, "desiredRevision": "c2", "deployedRevision": "c1"}),
+                "pending",
+            ),
+            (
+                json!({"sync": {"state": "Applying"}, "desiredRevision": "c2", "deployedRevision": "c2"}),
+                "pending",
+            ),
+            (
+                json!({"sync": {"state": "OutOfSync"}, "desiredRevision": "c2",
+                    "conditions": ready("False", "RenderFailure", 2)}),
+                "failed",
+            ),
+        ];
+        for (status, want) in cases {
+            let got = match evaluate(Target::Synced, &app(status.clone())) {
+                Verdict::Reached => "reached",
+                Verdict::Failed(_) => "failed",
+                Verdict::Pending(_) => "pending",
+            };
+            assert_eq!(got, want, "{status}");
+        }
+    }
+
+    #[test]
+    fn the_failure_names_the_reason_and_message() {
+        let verdict = evaluate(
+            Target::Healthy,
+            &app(json!({"conditions": ready("False", "HealthFailure", 2)})),
+        );
+        assert_eq!(verdict, Verdict::Failed("Ready is False/HealthFailure: m".into()));
+    }
+}

@@ -1,0 +1,266 @@
+//! The `ksync` cluster commands end to end: the real binary, run as a process with
+//! `--kubeconfig`, against the sandbox with the real controller and a git daemon. Human output is
+//! checked on its key lines and `-o json` output parsed; a Secret value planted in Git never
+//! appears in any output.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::serde::Deserialize;
+use kuvryn_sync_api::{Application, Repository, SyncState, keys};
+use kuvryn_sync_tests::application::{Env, config_map, env};
+use kuvryn_sync_tests::cli::Ksync;
+use kuvryn_sync_tests::webhook::WebhookProcess;
+use serde_json::{Value, json};
+
+/// A Secret value that must never be printed.
+const CANARY: &str = "canary-s3cr3t-value-7f2a";
+
+fn secret(name: &str) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "stringData": {"password": CANARY},
+    }))
+    .expect("json")
+}
+
+fn assert_no_canary(what: &str, text: &str) {
+    assert!(!text.contains(CANARY), "{what} printed a Secret value:\n{text}");
+}
+
+/// The objects of `ksync render` output (a YAML stream).
+fn yaml_objects(text: &str) -> Result<Vec<Value>> {
+    let mut objects = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = Value::deserialize(document)?;
+        if !value.is_null() {
+            objects.push(value);
+        }
+    }
+    Ok(objects)
+}
+
+/// Write `files` into a fresh folder, as a local checkout of the same commit.
+fn local_copy(files: &[(&str, String)]) -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for (name, content) in files {
+        std::fs::write(dir.path().join(name), content)?;
+    }
+    Ok(dir)
+}
+
+/// `ksync render --local` prints the objects the controller applied: same data, same labels.
+async fn assert_render_matches_live(
+    env: &Env,
+    ksync: &Ksync,
+    app: &str,
+    render_type: &str,
+    files: &[(&str, String)],
+) -> Result<()> {
+    let dir = local_copy(files)?;
+    let path = dir.path().to_str().context("utf-8 path")?;
+    let stdout =
+        ksync.ok(&["render", "--local", path, "--type", render_type, "--app", app]).await?;
+    assert_no_canary("render", &stdout);
+    let objects = yaml_objects(&stdout)?;
+    let config_maps: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "ConfigMap").collect();
+    ensure!(!config_maps.is_empty(), "render printed no ConfigMap:\n{stdout}");
+    for rendered in config_maps {
+        let name = rendered["metadata"]["name"].as_str().context("name")?;
+        let live = env.api::<ConfigMap>().get(name).await?;
+        let live = serde_json::to_value(&live)?;
+        assert_eq!(rendered["data"], live["data"], "{name}: rendered data differs from applied");
+        assert_eq!(rendered["metadata"]["namespace"], json!(env.namespace));
+        assert_eq!(
+            rendered["metadata"]["labels"][keys::APPLICATION],
+            live["metadata"]["labels"][keys::APPLICATION]
+        );
+    }
+    for secret in objects.iter().filter(|o| o["kind"] == "Secret") {
+        assert_eq!(secret["stringData"]["password"], "***", "render masks Secret values");
+    }
+    Ok(())
+}
+
+/// status, plan, history, wait, diagnose, sync (automatic), rollback and render on real
+/// Applications, and a wait on a failing Application that ends at once with exit code 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_commands_show_and_change_real_applications() -> Result<()> {
+    let env = env("cli", true).await?;
+    let ksync = Ksync::new(&env)?;
+    let web_v1 =
+        [("settings.yaml", config_map("settings", "1", json!({}))), ("db.yaml", secret("db"))];
+    let files: Vec<(String, String)> =
+        web_v1.iter().map(|(n, c)| (format!("apps/web/{n}"), c.clone())).collect();
+    let files: Vec<(&str, String)> = files.iter().map(|(n, c)| (n.as_str(), c.clone())).collect();
+    let commit1 = env.push(&files, "web v1").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_synced("web", &commit1).await?;
+
+    // wait --for healthy returns 0 once Ready=True/Healthy.
+    let waited = ksync.ok(&["wait", "web", "--for", "healthy", "--timeout", "60s"]).await?;
+    assert!(waited.contains("web is healthy"), "{waited}");
+
+    // status: the list and one Application, human and JSON.
+    let list = ksync.ok(&["status"]).await?;
+    let row = list.lines().find(|l| l.starts_with("web ")).context("a row for web")?;
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cells[1..3], ["Synced", "Healthy"], "{list}");
+    assert_eq!(cells[4], &commit1[..12], "{list}");
+    let listed = ksync.json(&["status"]).await?;
+    assert_eq!(listed[0]["metadata"]["name"], "web", "{listed}");
+    let detail = ksync.ok(&["status", "web"]).await?;
+    assert!(detail.contains("Revisions (newest first):"), "{detail}");
+    assert!(detail.contains(&commit1[..12]), "{detail}");
+    assert!(detail.contains("Ready True Healthy"), "{detail}");
+    let one = ksync.json(&["status", "web"]).await?;
+    assert_eq!(one["status"]["deployedRevision"], json!(commit1));
+
+    // plan: counts and actions; the Secret's value is never printed.
+    let plan = ksync.ok(&["plan", "web"]).await?;
+    assert!(plan.contains(&format!("+ create v1 ConfigMap {}/settings", env.namespace)), "{plan}");
+    assert!(plan.contains("Plan: 2 to create, 0 to update, 0 to delete"), "{plan}");
+    assert!(plan.contains("Digest: sha256:"), "{plan}");
+    assert_no_canary("plan", &plan);
+    let plan_json = ksync.json(&["plan", "web"]).await?;
+    assert_eq!(plan_json["create"], 2, "{plan_json}");
+    assert_no_canary("plan -o json", &plan_json.to_string());
+
+    // A second commit: an update with its field path, and history newest first.
+    let mut v2 = files.clone();
+    v2[0].1 = config_map("settings", "2", json!({}));
+    let commit2 = env.push(&v2, "web v2").await?;
+    env.wait_synced("web", &commit2).await?;
+    let plan = ksync.ok(&["plan", "web"]).await?;
+    assert!(plan.contains(&format!("~ update v1 ConfigMap {}/settings", env.namespace)), "{plan}");
+    assert!(plan.lines().any(|l| l.trim() == ".data.value"), "{plan}");
+    assert!(plan.contains("0 to create, 1 to update"), "{plan}");
+    assert_no_canary("plan", &plan);
+    let history = ksync.ok(&["history", "web"]).await?;
+    let rows: Vec<&str> = history.lines().skip(1).collect();
+    assert_eq!(rows.len(), 2, "{history}");
+    assert!(rows[0].contains(&commit2[..12]) && rows[1].contains(&commit1[..12]), "{history}");
+    let history_json = ksync.json(&["history", "web"]).await?;
+    assert_eq!(history_json[0]["spec"]["source"]["revision"], json!(commit2));
+    assert_eq!(history_json[1]["spec"]["source"]["revision"], json!(commit1));
+
+    // diagnose on a healthy Application.
+    let diagnosis = ksync.ok(&["diagnose", "web"]).await?;
+    assert_eq!(diagnosis, "web is healthy, nothing to diagnose\n");
+    assert_eq!(ksync.json(&["diagnose", "web"]).await?, json!([]));
+
+    // sync on an automatic Application requests a fetch of its Repository.
+    let before = repository_annotation(&env).await?;
+    let synced = ksync.ok(&["sync", "web"]).await?;
+    assert!(synced.contains("requested an immediate fetch of Repository apps"), "{synced}");
+    let after = repository_annotation(&env).await?.context("reconcile-requested-at set")?;
+    assert_ne!(Some(&after), before.as_ref());
+    after.parse::<k8s_openapi::jiff::Timestamp>().context("an RFC 3339 time")?;
+
+    // render --local gives what the controller applied.
+    let web_v2 =
+        [("settings.yaml", config_map("settings", "2", json!({}))), ("db.yaml", secret("db"))];
+    assert_render_matches_live(&env, &ksync, "web", "yaml", &web_v2).await?;
+
+    // A kustomize Application, rendered locally the same way.
+    let kustomization = "resources:\n- cm.yaml\n".to_owned();
+    let kust_cm = config_map("kust-settings", "k", json!({}));
+    let commit3 = env
+        .push(
+            &[
+                ("apps/kust/kustomization.yaml", kustomization.clone()),
+                ("apps/kust/cm.yaml", kust_cm.clone()),
+            ],
+            "kustomize",
+        )
+        .await?;
+    env.create_app("kust", "apps/kust", json!({"source": {"render": {"type": "kustomize"}}}))
+        .await?;
+    env.wait_synced("kust", &commit3).await?;
+    let kust_files = [("kustomization.yaml", kustomization), ("cm.yaml", kust_cm)];
+    assert_render_matches_live(&env, &ksync, "kust", "kustomize", &kust_files).await?;
+
+    // A duplicate object: render refuses it with exit 1, and a wait on the Application that
+    // deploys it fails fast with exit 1.
+    let duplicate = config_map("twice", "1", json!({}));
+    let dup_files = [("a.yaml", duplicate.clone()), ("b.yaml", duplicate.clone())];
+    let dir = local_copy(&dup_files)?;
+    let refused = ksync.run(&["render", "--local", dir.path().to_str().context("path")?]).await?;
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("declared twice"), "{}", refused.stderr);
+    env.push(&[("apps/bad/a.yaml", duplicate.clone()), ("apps/bad/b.yaml", duplicate)], "dup")
+        .await?;
+    env.create_app("bad", "apps/bad", json!({})).await?;
+    let started = Instant::now();
+    let failed = ksync.run(&["wait", "bad", "--for", "healthy", "--timeout", "2m"]).await?;
+    assert_eq!(failed.code, 1, "{failed:?}");
+    assert!(failed.stdout.contains("ValidationFailure"), "{}", failed.stdout);
+    assert!(started.elapsed() < Duration::from_secs(60), "the wait did not fail fast");
+
+    // rollback to the previous healthy Revision sets the three annotations in one patch.
+    let rev1 = env.revision("web", &commit1).await?.metadata.name.context("name")?;
+    let rolled = ksync.ok(&["rollback", "web"]).await?;
+    assert!(rolled.contains(&format!("to Revision {rev1}")), "{rolled}");
+    let app = env.api::<Application>().get("web").await?;
+    let annotations = app.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations.get(keys::ROLLBACK_REVISION), Some(&commit1));
+    assert_eq!(annotations.get(keys::ROLLBACK_TARGET_REVISION), Some(&rev1));
+    assert_eq!(annotations.get(keys::ROLLBACK_KIND).map(String::as_str), Some("manual"));
+
+    // A missing Application says how to list them.
+    let missing = ksync.run(&["status", "nope"]).await?;
+    assert_eq!(missing.code, 1);
+    assert!(missing.stderr.contains("ksync status -A"), "{}", missing.stderr);
+    Ok(())
+}
+
+async fn repository_annotation(env: &Env) -> Result<Option<String>> {
+    let repository = env.api::<Repository>().get("apps").await?;
+    Ok(repository
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get(keys::RECONCILE_REQUESTED_AT)
+        .cloned())
+}
+
+/// A manual Application: `ksync sync` without --yes and without a terminal refuses with exit
+/// code 2 and changes nothing; with --yes it approves, the webhook records who, and the plan is
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_approves_a_manual_application_only_with_yes_when_not_on_a_terminal() -> Result<()> {
+    let env = env("cli-sync", true).await?;
+    let webhook = WebhookProcess::start(&env.cluster)?;
+    webhook.register(&env.cluster, &env.namespace).await?;
+    let ksync = Ksync::new(&env)?;
+    let commit = env
+        .push(&[("apps/manual/cm.yaml", config_map("approved", "1", json!({})))], "manual")
+        .await?;
+    env.create_app("manual", "apps/manual", json!({"sync": {"automatic": false}})).await?;
+    env.wait_app("manual", "AwaitingApproval", |app| {
+        app.status.as_ref().is_some_and(|s| s.sync.state == SyncState::AwaitingApproval)
+    })
+    .await?;
+
+    let refused = ksync.run(&["sync", "manual"]).await?;
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(refused.stderr.contains("pass --yes"), "{}", refused.stderr);
+    assert!(refused.stdout.contains("+ create v1 ConfigMap"), "the plan is shown first");
+    let app = env.api::<Application>().get("manual").await?;
+    assert!(
+        !app.metadata.annotations.unwrap_or_default().contains_key(keys::APPROVED_REVISION),
+        "a refused sync approved anyway"
+    );
+
+    let approved = ksync.ok(&["sync", "manual", "--yes"]).await?;
+    assert!(approved.contains("approved Revision"), "{approved}");
+    env.wait_ready("manual", "True", "Healthy").await?;
+    assert!(env.api::<ConfigMap>().get_opt("approved").await?.is_some());
+    let revision = env.revision("manual", &commit).await?;
+    let approval = revision.status.and_then(|s| s.approval).context("approval recorded")?;
+    assert!(!approval.approved_by.is_empty());
+    let history = ksync.ok(&["history", "manual"]).await?;
+    assert!(history.contains(&approval.approved_by), "{history}");
+    Ok(())
+}
