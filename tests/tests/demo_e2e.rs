@@ -45,13 +45,12 @@ fn wait_until(
     mut check: impl FnMut() -> Result<Option<String>>,
 ) -> Result<()> {
     let start = Instant::now();
-    let mut last = String::new();
     loop {
-        match check() {
+        let last = match check() {
             Ok(None) => return Ok(()),
-            Ok(Some(observed)) => last = observed,
-            Err(err) => last = format!("error: {err:#}"),
-        }
+            Ok(Some(observed)) => observed,
+            Err(err) => format!("error: {err:#}"),
+        };
         if start.elapsed() > deadline {
             bail!("timed out after {deadline:?} waiting for {what}; last: {last}");
         }
