@@ -548,10 +548,9 @@ Press Ctrl-C to stop everything the demo started."
     if without_helm {
         writeln!(
             out,
-            "(The Helm sample is left out: the Helm engine was not found. Set {}={} or run \
-             scripts/test once to install it into .tools/.)",
+            "(The Helm sample is left out: the Helm engine was not found. Set {}=/path/to/\
+             libhelm_c.so or run scripts/test once to install it into .tools/.)",
             kuvryn_sync_helm::LIBHELM_ENV,
-            "/path/to/libhelm_c.so"
         )?;
     }
     out.flush()?;

@@ -69,7 +69,7 @@ use kuvryn_sync_source::git::{CheckedOutTree, GitCache};
 
 use crate::fault::FaultPoint;
 use crate::watches::ManagedWatches;
-use crate::{deletion, diagnose, health, render};
+use crate::{deletion, diagnose, health, notify, render};
 use crate::{source, triggers};
 
 /// What the reconciler needs.
@@ -99,6 +99,8 @@ pub struct ApplicationContext {
     pub health_rules: crate::health::HealthRules,
     /// The render engines and their limits.
     pub renderers: crate::render::Renderers,
+    /// Notification delivery (`spec.notifications`).
+    pub notifier: Arc<crate::notify::Notifier>,
 }
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
@@ -262,11 +264,16 @@ async fn sync_application(
         return Ok(Action::requeue(ctx.resync));
     }
     let mut redactor = Redactor::new();
-    let dependencies = check_dependencies(&app, &namespace, ctx).await?;
-    if let Some(verdict) = dependencies.as_ref().filter(|v| !v.is_ready())
-        && let Some(condition) = dependencies::condition(&app, verdict)
+    let identity = (&ctx.clients, service_account_of(&app, ctx));
+    let sinks =
+        notify::sinks_condition(&app, &namespace, &ctx.client, identity, &mut redactor).await;
+    let checked = check_dependencies(&app, &namespace, ctx).await?;
+    let dependencies = checked.as_ref().map(|(verdict, _)| verdict.clone());
+    if let Some((verdict, causes)) = checked.filter(|(v, _)| !v.is_ready())
+        && let Some(condition) = dependencies::condition(&app, &verdict)
     {
-        let decision = wait_for_dependencies(&app, condition, &now());
+        let decision = wait_for_dependencies(&app, condition, causes, &now());
+        let decision = notify::with_notifications(decision, &app, sinks, &now());
         write(&app, &namespace, &decision, None, &redactor, ctx).await?;
         return Ok(Action::requeue(decision.requeue_after.unwrap_or(ctx.resync)));
     }
@@ -275,7 +282,8 @@ async fn sync_application(
     };
     let decision = decide(&app, &observation, &redactor, &now());
     let condition = dependencies.as_ref().and_then(|v| dependencies::condition(&app, v));
-    let mut decision = with_dependencies(decision, &app, condition, &now());
+    let decision = with_dependencies(decision, &app, condition, &now());
+    let mut decision = notify::with_notifications(decision, &app, sinks, &now());
     let previous = match &observation {
         Observation::Planned(planned) => planned.revision.as_ref(),
         Observation::Failed { .. } => None,
@@ -302,6 +310,14 @@ async fn sync_application(
         }
         let mut settled = settle(&app, &decision, planned, &outcome, &redactor, &now());
         settled.events.extend(invalid_health_checks(&ctx.health_rules.current(), planned));
+        if let SyncOutcome::Failed {
+            reason: FailureReason::HookFailed, resource: Some(hook), ..
+        } = &outcome
+        {
+            let found = diagnose_failed_hook(&app, &namespace, planned, hook, &redactor, ctx).await;
+            settled.events.extend(diagnosed_event(&found));
+            settled.status.diagnosis = found;
+        }
         let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
         // The Application first: a crash between the two leaves the Revision Applying, so the
         // restarted controller syncs again and settles both (the other order would leave an
@@ -325,18 +341,19 @@ async fn sync_application(
     Ok(Action::requeue(next))
 }
 
-/// `spec.dependsOn`, checked against the namespace's Applications; `None` without dependencies.
+/// `spec.dependsOn`, checked against the namespace's Applications, with the root causes of the
+/// dependencies that hold it back; `None` without dependencies.
 async fn check_dependencies(
     app: &Application,
     namespace: &str,
     ctx: &ApplicationContext,
-) -> Result<Option<dependencies::Verdict>, kube::Error> {
+) -> Result<Option<(dependencies::Verdict, Vec<kuvryn_sync_api::Diagnosis>)>, kube::Error> {
     if app.spec.depends_on.is_empty() {
         return Ok(None);
     }
     let apps: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
     let all = apps.list(&Default::default()).await?.items;
-    Ok(Some(dependencies::check(app, &all)))
+    Ok(Some((dependencies::check(app, &all), dependencies::diagnosis(app, &all))))
 }
 
 /// The Application's Revisions.
@@ -784,6 +801,59 @@ async fn sync(
     SyncOutcome::Done { live_kinds: live_kinds.into_iter().collect() }
 }
 
+/// The diagnosis of a hook that failed the sync step: the step stops before the rollout's
+/// health is observed, so the failed hook's live state is read and diagnosed here.
+async fn diagnose_failed_hook(
+    app: &Application,
+    namespace: &str,
+    planned: &Planned,
+    hook: &ObjectKey,
+    redactor: &Redactor,
+    ctx: &ApplicationContext,
+) -> Vec<kuvryn_sync_api::Diagnosis> {
+    let Some(object) = planned.desired.objects.iter().find(|o| &o.key == hook) else {
+        return Vec::new();
+    };
+    let Ok(client) = ctx.clients.for_service_account(namespace, &planned.service_account) else {
+        return Vec::new();
+    };
+    let manager = field_manager::for_application(namespace, &app.name_any());
+    let Ok(Some(live)) = engine_for(app, &client, &manager, ctx).live(object).await else {
+        return Vec::new();
+    };
+    let rules = ctx.health_rules.current();
+    let (state, message) = health::object_health(&rules, object.stage, &live, &now());
+    let health = [ObjectHealth {
+        key: hook.clone(),
+        api_version: object.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+        state,
+        message,
+    }];
+    let live = std::collections::BTreeMap::from([(hook.clone(), live)]);
+    diagnose::diagnose(&client, &ctx.kinds, &planned.desired.objects, &live, &health, redactor)
+        .await
+}
+
+/// The `Diagnosed` Event for a failed hook's diagnosis (worded like the rollout's).
+fn diagnosed_event(
+    found: &[kuvryn_sync_api::Diagnosis],
+) -> Option<(kuvryn_sync_api::EventReason, String)> {
+    if found.is_empty() {
+        return None;
+    }
+    let causes: Vec<String> = found
+        .iter()
+        .map(|d| {
+            format!(
+                "{} ({} {}/{})",
+                d.reason, d.resource.kind, d.resource.namespace, d.resource.name
+            )
+        })
+        .collect();
+    let message = format!("{} root cause(s): {}", causes.len(), causes.join("; "));
+    Some((kuvryn_sync_api::EventReason::Diagnosed, message))
+}
+
 /// Wait until every object of a group is Healthy (or Suspended), reading it as the service
 /// account: a Degraded object fails the attempt (`HookFailed` for a hook, `HealthFailure`
 /// otherwise), and the attempt's deadline passing fails it with `TimeoutFailure`.
@@ -996,4 +1066,11 @@ pub(crate) async fn publish(
     for (reason, _) in events_to_send {
         ctx.metrics.count_event(*reason);
     }
+    let identity = (&ctx.clients, service_account_of(app, ctx));
+    ctx.notifier.notify(app, events_to_send, redactor, identity).await;
+}
+
+/// The service account `app` acts as, if any (the Secrets of its sinks are read as it).
+fn service_account_of<'a>(app: &'a Application, ctx: &'a ApplicationContext) -> Option<&'a str> {
+    app.spec.service_account_name.as_deref().or(ctx.default_service_account.as_deref())
 }

@@ -15,6 +15,7 @@ mod deletion;
 mod diagnose;
 mod fault;
 mod health;
+mod notify;
 mod render;
 mod repository;
 mod source;
@@ -109,6 +110,17 @@ struct Args {
     /// Time limit of one render (kustomize or Helm).
     #[arg(long, default_value = "60s", value_parser = flags::duration, value_name = "DURATION")]
     render_timeout: Duration,
+    /// Rendered outputs kept in memory, keyed by everything that shaped them (the Git trees
+    /// read, values sources, keys, render config); least recently used evicted. 0 disables it.
+    #[arg(long, default_value_t = kuvryn_sync_render::cache::DEFAULT_CAPACITY, value_name = "N")]
+    render_cache_size: usize,
+    /// Notifications pending delivery at once; when full, a new one is dropped with a
+    /// NotificationDropped Event.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    notification_queue_size: usize,
+    /// Time limit of one notification delivery attempt.
+    #[arg(long, default_value = "10s", value_parser = flags::duration, value_name = "DURATION")]
+    notification_timeout: Duration,
 
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -198,7 +210,14 @@ async fn main() -> anyhow::Result<()> {
             fault: fault::FaultPoint::from_env(),
             metrics: metrics.clone(),
             health_rules: health::HealthRules::watch(client.clone(), controllers_stop.clone()),
-            renderers: renderers(&args),
+            renderers: renderers(&args, &metrics),
+            notifier: Arc::new(notify::Notifier::new(
+                client.clone(),
+                events::controller_reporter(),
+                metrics.clone(),
+                args.notification_queue_size,
+                args.notification_timeout,
+            )?),
         });
         let application_controller = tokio::spawn(application::run(
             applications,
@@ -237,7 +256,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// The render engines, from the flags.
-fn renderers(args: &Args) -> render::Renderers {
+fn renderers(args: &Args, metrics: &ControllerMetrics) -> render::Renderers {
     let program =
         kuvryn_sync_render::kustomize::KustomizeProgram::detect(args.kustomize_binary.clone());
     let mut kustomize = kuvryn_sync_render::kustomize::Kustomize::new(program);
@@ -258,6 +277,8 @@ fn renderers(args: &Args) -> render::Renderers {
             why
         }),
         charts: chart_puller(args, ca_pem),
+        cache: Arc::new(kuvryn_sync_render::cache::RenderCache::new(args.render_cache_size)),
+        metrics: metrics.clone(),
     }
 }
 
@@ -266,7 +287,12 @@ fn helm_renderer(args: &Args) -> Result<kuvryn_sync_helm::HelmRenderer, String> 
     let library = args
         .helm_library
         .clone()
-        .or_else(|| std::env::var_os(kuvryn_sync_helm::LIBHELM_ENV).map(Into::into))
+        .or_else(|| {
+            // An empty variable counts as unset, as for the other tool paths.
+            std::env::var_os(kuvryn_sync_helm::LIBHELM_ENV)
+                .filter(|path| !path.is_empty())
+                .map(Into::into)
+        })
         .ok_or_else(|| {
             "render.type helm needs the Helm engine: start the controller with --helm-library \
              (libhelm_c.so from the helm-python-sdk wheel)"

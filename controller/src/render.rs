@@ -2,9 +2,16 @@
 //! `spec.decryption` key Secret, Helm `valuesFrom` and chart credentials), pull a chart, run the
 //! renderer on a blocking thread, and mask every value it decrypted or read from a Secret. The
 //! renders themselves are `kuvryn_sync_render::{source, helm}`.
+//!
+//! Around the engine sits the render cache (`kuvryn_sync_render::cache`): after everything the
+//! render reads as the service account has been read (so a tenant that lost access fails as
+//! before), the key is computed from the Git ids of the paths it reads, those reads' digests,
+//! the render config and the engines; a hit serves the kept output (its secret values registered
+//! with the redactor like a fresh render's), a miss renders and keeps the output. Every engine run
+//! and every hit is counted in `kuvryn_sync_renders_total`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -16,12 +23,18 @@ use kuvryn_sync_core::desired::Rendered;
 use kuvryn_sync_core::helm_values::{self, ValuesFromData, ValuesInput};
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_helm::HelmRenderer;
+use kuvryn_sync_render::cache::{
+    self, CachedRender, EngineIdentity, InputDigest, KeyParts, RenderCache, RenderKey, SourceShape,
+    SourceTree,
+};
 use kuvryn_sync_render::helm::{self, ChartSource};
 use kuvryn_sync_render::kustomize::Kustomize;
 use kuvryn_sync_render::sops::AgeKeys;
 use kuvryn_sync_render::source::{self, RenderFailure, RenderRequest, SourceRender};
 use kuvryn_sync_render::yaml::Limits;
+use kuvryn_sync_runtime::metrics::{ControllerMetrics, RenderOutcome};
 use kuvryn_sync_source::chart::{ChartCredentials, ChartPull, ChartPuller, PulledChart};
+use kuvryn_sync_source::git::TreeIds;
 
 /// The engines and their limits, from the controller's flags.
 #[derive(Clone, Debug)]
@@ -31,6 +44,25 @@ pub struct Renderers {
     pub helm: Result<HelmRenderer, String>,
     /// Chart pulls, cached by digest.
     pub charts: Result<Arc<OffRuntime<ChartPuller>>, String>,
+    /// Rendered outputs, keyed by everything that shaped them.
+    pub cache: Arc<RenderCache>,
+    /// Counts engine renders and cache hits.
+    pub metrics: ControllerMetrics,
+}
+
+impl Renderers {
+    /// What identifies the engines in a render key.
+    fn engine_identity(&self) -> EngineIdentity {
+        EngineIdentity {
+            kustomize: format!("{:?}", self.kustomize.program),
+            remote_bases: self.kustomize.allow_remote_bases,
+            helm_library: self
+                .helm
+                .as_ref()
+                .ok()
+                .map(|helm| helm.library().to_string_lossy().into_owned()),
+        }
+    }
 }
 
 /// A value made and dropped on a thread of its own, never on the async runtime: the chart
@@ -98,27 +130,123 @@ pub async fn render(
     let path = app.spec.source.path.clone();
     let render_type = app.spec.source.render.render_type;
     let kustomize = renderers.kustomize.clone();
-    let rendered = tokio::task::spawn_blocking(move || {
+    let parts = key_parts(app, renderers, keys.as_ref().map(|k| k.digest), None, None);
+    let cache = Arc::clone(&renderers.cache);
+    let (key, found) = tokio::task::spawn_blocking(move || {
+        let shape =
+            SourceShape { render_type, path: &path, values_files: &[], chart_pulled: false };
+        let key = render_key(&root, &shape, parts);
+        if let Some(hit) = key.and_then(|key| cache.get(&key)) {
+            return (key, Found::Hit(hit));
+        }
         let request = RenderRequest {
             root: &root,
             path: &path,
             render_type,
-            keys: keys.as_ref(),
+            keys: keys.as_ref().map(|k| &k.keys),
             kustomize: &kustomize,
             limits: Limits::default(),
         };
-        source::render(&request)
+        (key, Found::Rendered(source::render(&request)))
     })
     .await?;
-    Ok(match rendered {
-        Ok(rendered) => {
-            for secret in &rendered.secrets {
-                redactor.add_secret(secret);
-            }
-            Ok(Output { objects: rendered.objects, chart_digest: None })
+    Ok(settle(found, key, render_type, None, renderers, redactor))
+}
+
+/// Age keys and a digest of the Secret data they came from (for the render key; never the keys).
+struct DecryptionKeys {
+    keys: AgeKeys,
+    digest: InputDigest,
+}
+
+/// A render's output: from the cache, or from the engine.
+enum Found {
+    Hit(Arc<CachedRender>),
+    Rendered(Result<SourceRender, RenderFailure>),
+}
+
+/// The parts of a render key known before the repository is read.
+fn key_parts(
+    app: &Application,
+    renderers: &Renderers,
+    decryption_keys: Option<InputDigest>,
+    values_from: Option<InputDigest>,
+    chart: Option<String>,
+) -> KeyParts {
+    KeyParts {
+        source_path: app.spec.source.path.clone(),
+        inputs: BTreeMap::new(),
+        render: serde_json::to_value(&app.spec.source.render).unwrap_or_default(),
+        destination_namespace: app.spec.destination.namespace.clone(),
+        values_from,
+        decryption_keys,
+        chart,
+        engine: renderers.engine_identity(),
+    }
+}
+
+/// The Git ids of the checkout at `root`, as the render cache reads them.
+struct GitTree(TreeIds);
+
+impl SourceTree for GitTree {
+    fn id(&self, path: &str) -> Option<String> {
+        self.0.id(path)
+    }
+
+    fn file(&self, path: &str, max_bytes: u64) -> Option<Vec<u8>> {
+        self.0.file(path, max_bytes)
+    }
+
+    fn is_dir(&self, path: &str) -> bool {
+        self.0.is_dir(path)
+    }
+}
+
+/// The render key of `shape` at the checkout `root`, or `None` when the render may not be cached
+/// (the checkout is not the Git cache's, or some content read is not covered by a Git id).
+/// Blocking: reads Git objects.
+fn render_key(root: &Path, shape: &SourceShape<'_>, mut parts: KeyParts) -> Option<RenderKey> {
+    let tree = GitTree(TreeIds::of_checkout(root)?);
+    parts.inputs = cache::source_inputs(&tree, shape)?;
+    Some(parts.key())
+}
+
+/// Count the render, register its secret values with the redactor, keep a fresh output under
+/// `key`, and turn a failure into a masked status message.
+fn settle(
+    found: Found,
+    key: Option<RenderKey>,
+    render_type: RenderType,
+    chart_digest: Option<String>,
+    renderers: &Renderers,
+    redactor: &mut Redactor,
+) -> Result<Output, Failure> {
+    let output = match found {
+        Found::Hit(hit) => {
+            renderers.metrics.count_render(render_type, RenderOutcome::CacheHit);
+            hit
         }
-        Err(failure) => Err((failure.reason, redactor.redact(&failure.message))),
-    })
+        Found::Rendered(rendered) => {
+            renderers.metrics.count_render(render_type, RenderOutcome::Rendered);
+            let rendered = match rendered {
+                Ok(rendered) => rendered,
+                Err(failure) => return Err((failure.reason, redactor.redact(&failure.message))),
+            };
+            let output = Arc::new(CachedRender {
+                objects: rendered.objects,
+                secrets: rendered.secrets,
+                chart_digest,
+            });
+            if let Some(key) = key {
+                renderers.cache.insert(key, Arc::clone(&output));
+            }
+            output
+        }
+    };
+    for secret in &output.secrets {
+        redactor.add_secret(secret);
+    }
+    Ok(Output { objects: output.objects.clone(), chart_digest: output.chart_digest.clone() })
 }
 
 /// A Helm render: the release name checked, `valuesFrom` read as the service account, the chart
@@ -129,7 +257,7 @@ async fn render_helm(
     namespace: &str,
     client: &kube::Client,
     root: PathBuf,
-    keys: Option<AgeKeys>,
+    keys: Option<DecryptionKeys>,
     renderers: &Renderers,
     redactor: &mut Redactor,
 ) -> Result<Result<Output, Failure>, tokio::task::JoinError> {
@@ -157,51 +285,112 @@ async fn render_helm(
     let destination = app.spec.destination.namespace.clone();
     let kustomize = renderers.kustomize.clone();
     let chart_digest = pulled.as_ref().map(|p| p.digest.clone());
-    let rendered = tokio::task::spawn_blocking(move || -> Result<SourceRender, RenderFailure> {
-        let request = RenderRequest {
-            root: &root,
-            path: &path,
+    let values_digest = values_from_digest(&from);
+    let chart_identity = helm.chart.as_ref().zip(chart_digest.as_ref()).map(|(chart, digest)| {
+        format!("{}\n{}\n{}\n{digest}", chart.repository, chart.name, chart.version)
+    });
+    let parts = key_parts(
+        app,
+        renderers,
+        keys.as_ref().map(|k| k.digest),
+        Some(values_digest),
+        chart_identity,
+    );
+    let cache = Arc::clone(&renderers.cache);
+    let (key, found) = tokio::task::spawn_blocking(move || {
+        let shape = SourceShape {
             render_type: RenderType::Helm,
-            keys: keys.as_ref(),
-            kustomize: &kustomize,
-            limits: Limits::default(),
+            path: &path,
+            values_files: &helm.values_files,
+            chart_pulled: pulled.is_some(),
         };
-        let mut out = SourceRender::default();
-        let workspace = source::private_copy(&request, &mut out)?;
-        let failed = |reason: FailureReason, message: String| RenderFailure { reason, message };
-        let files =
-            helm::read_values_files(workspace.root(), &helm.values_files, helm::Limits::default())
+        let key = render_key(&root, &shape, parts);
+        if let Some(hit) = key.and_then(|key| cache.get(&key)) {
+            return (key, Found::Hit(hit));
+        }
+        let keys = keys.map(|k| k.keys);
+        let rendered = render_chart(&root, &path, keys.as_ref(), &kustomize, |workspace| {
+            let failed = |reason: FailureReason, message: String| RenderFailure { reason, message };
+            let files = helm::read_values_files(
+                workspace.root(),
+                &helm.values_files,
+                helm::Limits::default(),
+            )
+            .map_err(|e| failed(e.reason(), e.to_string()))?;
+            let input = ValuesInput { files, from, inline: helm.values.clone() };
+            let values = helm_values::assemble_values(&input)
                 .map_err(|e| failed(e.reason(), e.to_string()))?;
-        let input = ValuesInput { files, from, inline: helm.values.clone() };
-        let values =
-            helm_values::assemble_values(&input).map_err(|e| failed(e.reason(), e.to_string()))?;
-        out.secrets.extend(values.secret_strings.iter().cloned());
-        let chart = match &pulled {
-            Some(pulled) => ChartSource::Archive(&pulled.path),
-            None => ChartSource::Directory { repository_root: workspace.root(), path: &path },
-        };
-        out.objects = helm::render(
-            &renderer,
-            chart,
-            &values,
-            &release,
-            &destination,
-            helm::Limits::default(),
-        )
-        .map_err(|e| failed(e.reason(), e.to_string()))?;
-        source::finish(&mut out, request.keys)?;
-        Ok(out)
+            let chart = match &pulled {
+                Some(pulled) => ChartSource::Archive(&pulled.path),
+                None => ChartSource::Directory { repository_root: workspace.root(), path: &path },
+            };
+            let objects = helm::render(
+                &renderer,
+                chart,
+                &values,
+                &release,
+                &destination,
+                helm::Limits::default(),
+            )
+            .map_err(|e| failed(e.reason(), e.to_string()))?;
+            Ok((objects, values.secret_strings.clone()))
+        });
+        (key, Found::Rendered(rendered))
     })
     .await?;
-    Ok(match rendered {
-        Ok(rendered) => {
-            for secret in &rendered.secrets {
-                redactor.add_secret(secret);
-            }
-            Ok(Output { objects: rendered.objects, chart_digest })
-        }
-        Err(failure) => Err((failure.reason, redactor.redact(&failure.message))),
-    })
+    Ok(settle(found, key, RenderType::Helm, chart_digest, renderers, redactor))
+}
+
+/// The Helm steps on a private copy of the checkout: `engine` assembles the values and runs the
+/// chart, returning the objects and the secret values it read; then Secret data is decrypted.
+fn render_chart(
+    root: &Path,
+    path: &str,
+    keys: Option<&AgeKeys>,
+    kustomize: &Kustomize,
+    engine: impl FnOnce(
+        &kuvryn_sync_render::workspace::Workspace,
+    ) -> Result<
+        (Vec<kuvryn_sync_core::desired::Rendered>, Vec<String>),
+        RenderFailure,
+    >,
+) -> Result<SourceRender, RenderFailure> {
+    let request = RenderRequest {
+        root,
+        path,
+        render_type: RenderType::Helm,
+        keys,
+        kustomize,
+        limits: Limits::default(),
+    };
+    let mut out = SourceRender::default();
+    let workspace = source::private_copy(&request, &mut out)?;
+    let (objects, secrets) = engine(&workspace)?;
+    out.secrets.extend(secrets);
+    out.objects = objects;
+    source::finish(&mut out, request.keys)?;
+    Ok(out)
+}
+
+/// A digest of the `valuesFrom` data read: which source, which key, and every byte.
+fn values_from_digest(from: &[ValuesFromData]) -> InputDigest {
+    let kind = |kind: ValuesSourceKind| match kind {
+        ValuesSourceKind::ConfigMap => "ConfigMap",
+        ValuesSourceKind::Secret => "Secret",
+    };
+    let described: Vec<(String, &[u8])> = from
+        .iter()
+        .enumerate()
+        .flat_map(|(index, source)| {
+            let head = format!("{index}\n{}\n{}\n{}", kind(source.kind), source.name, source.key);
+            let data = source
+                .data
+                .iter()
+                .map(move |(key, value)| (format!("{index}\ndata\n{key}"), value.as_slice()));
+            std::iter::once((head, &[][..])).chain(data)
+        })
+        .collect();
+    cache::digest_entries(described.iter().map(|(name, value)| (name.as_str(), *value)))
 }
 
 /// `valuesFrom`, each read as the service account from the Application's namespace.
@@ -324,7 +513,7 @@ async fn decryption_keys(
     app: &Application,
     namespace: &str,
     client: &kube::Client,
-) -> Result<Option<AgeKeys>, Failure> {
+) -> Result<Option<DecryptionKeys>, Failure> {
     let Some(decryption) = &app.spec.decryption else {
         return Ok(None);
     };
@@ -363,7 +552,110 @@ async fn decryption_keys(
     }
     let entries: BTreeMap<String, Vec<u8>> =
         secret.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
+    let digest = cache::digest_entries(entries.iter().map(|(k, v)| (k.as_str(), v.as_slice())));
     AgeKeys::from_secret_entries(&entries)
-        .map(Some)
+        .map(|keys| Some(DecryptionKeys { keys, digest }))
         .map_err(|err| failure(format!("spec.decryption.secretRef {name}: {err}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kuvryn_sync_render::kustomize::KustomizeProgram;
+
+    fn renderers() -> Renderers {
+        Renderers {
+            kustomize: Kustomize::new(KustomizeProgram::Kubectl("kubectl".into())),
+            helm: Err("no Helm engine in this test".into()),
+            charts: Err("no chart pulls in this test".into()),
+            cache: Arc::new(RenderCache::new(4)),
+            metrics: ControllerMetrics::default(),
+        }
+    }
+
+    fn app(spec: serde_json::Value) -> Application {
+        let mut full = serde_json::json!({
+            "source": {"repositoryRef": {"name": "apps"}, "path": "apps/a",
+                "render": {"type": "kustomize"}},
+            "destination": {"namespace": "team-a"},
+        });
+        if let (Some(full), Some(spec)) = (full.as_object_mut(), spec.as_object()) {
+            for (key, value) in spec {
+                full.insert(key.clone(), value.clone());
+            }
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "a", "namespace": "team-a"}, "spec": full,
+        }))
+        .expect("a valid Application")
+    }
+
+    /// A cache hit is counted as one, and its secret values are masked in this reconcile's
+    /// messages exactly as a fresh render's would be; a fresh render is kept under its key.
+    #[test]
+    fn a_hit_registers_its_secrets_and_a_fresh_render_is_kept() {
+        let renderers = renderers();
+        let secret = "decrypted-canary-7f3a9b";
+        let fresh = SourceRender { objects: Vec::new(), secrets: vec![secret.to_owned()] };
+        let key = key_parts(&app(serde_json::json!({})), &renderers, None, None, None).key();
+        let mut redactor = Redactor::new();
+        let rendered = Found::Rendered(Ok(fresh));
+        settle(rendered, Some(key), RenderType::Kustomize, None, &renderers, &mut redactor)
+            .expect("rendered");
+        let hit = renderers.cache.get(&key).expect("the fresh render is kept");
+        let mut next_reconcile = Redactor::new();
+        settle(
+            Found::Hit(hit),
+            Some(key),
+            RenderType::Kustomize,
+            None,
+            &renderers,
+            &mut next_reconcile,
+        )
+        .expect("served");
+        let shown = next_reconcile.redact(&format!("apply failed: {secret}"));
+        assert!(!shown.contains(secret), "{shown}");
+    }
+
+    /// The same path read by a tenant with other keys, another render config or another
+    /// destination must never be served the first one's output.
+    #[test]
+    fn the_key_changes_with_keys_render_config_destination_and_engine() {
+        let renderers = renderers();
+        let base = key_parts(&app(serde_json::json!({})), &renderers, None, None, None).key();
+        let same = key_parts(&app(serde_json::json!({})), &renderers, None, None, None).key();
+        assert_eq!(base, same);
+        let keys_a = cache::digest_entries([("age.agekey", &b"AGE-SECRET-KEY-A"[..])]);
+        let keys_b = cache::digest_entries([("age.agekey", &b"AGE-SECRET-KEY-B"[..])]);
+        let with_a = key_parts(&app(serde_json::json!({})), &renderers, Some(keys_a), None, None);
+        let with_b = key_parts(&app(serde_json::json!({})), &renderers, Some(keys_b), None, None);
+        let render = serde_json::json!({"source": {"repositoryRef": {"name": "apps"},
+            "path": "apps/a", "render": {"type": "yaml"}}});
+        let destination = serde_json::json!({"destination": {"namespace": "team-b"}});
+        let mut remote = renderers.clone();
+        remote.kustomize.allow_remote_bases = true;
+        let others = [
+            ("other decryption keys", with_a.key(), with_b.key()),
+            ("decryption keys at all", base, with_a.key()),
+            (
+                "another render config",
+                base,
+                key_parts(&app(render), &renderers, None, None, None).key(),
+            ),
+            (
+                "another destination",
+                base,
+                key_parts(&app(destination), &renderers, None, None, None).key(),
+            ),
+            (
+                "remote bases allowed",
+                base,
+                key_parts(&app(serde_json::json!({})), &remote, None, None, None).key(),
+            ),
+        ];
+        for (what, one, other) in others {
+            assert_ne!(one, other, "{what} must change the key");
+        }
+    }
 }

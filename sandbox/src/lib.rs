@@ -6,10 +6,12 @@
 mod admission;
 mod authz;
 mod builtin;
+mod builtin_admission;
 mod convert;
 mod crdvalid;
 mod faults;
 mod fields;
+mod gc;
 mod identity;
 mod matchcond;
 mod metavalid;

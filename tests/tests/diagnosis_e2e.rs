@@ -3,14 +3,22 @@
 //! resource, with the chain from the managed Deployment down to it, within 10 seconds of the
 //! first observation; a `Diagnosed` Event is recorded; a Secret value printed in a Pod's Event
 //! never reaches the diagnosis; and fixing the cause clears the diagnosis.
+//!
+//! Pods the API server refuses (a missing ServiceAccount, an exceeded ResourceQuota), a failing
+//! pre-sync hook Job and a HealthCheck rule that says Degraded for a custom kind are diagnosed
+//! the same way, each within 10 seconds of the failure being observable in the cluster.
 
 use std::time::Duration;
 
 use anyhow::Result;
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::PostParams;
-use kuvryn_sync_api::{Application, Diagnosis};
-use kuvryn_sync_tests::application::{Env, env_with_workloads};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ResourceQuota, Secret, ServiceAccount};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kuvryn_sync_api::{Application, Diagnosis, HealthCheck, keys};
+use kuvryn_sync_tests::application::{
+    Env, apply_cluster_rbac, cluster_binding, env_with_workloads,
+};
 use kuvryn_sync_tests::cluster::wait_for;
 use serde_json::{Value, json};
 
@@ -153,6 +161,17 @@ async fn every_simulated_failure_is_diagnosed_to_its_root_and_clears_when_fixed(
             "{name}: {events:?}"
         );
     }
+    // An Application that depends on the broken one waits, and its diagnosis is the
+    // dependency's root cause, reached through the dependency.
+    env.create_app(
+        "front",
+        "apps/missing-config",
+        json!({"dependsOn": [{"name": "missing-secret"}]}),
+    )
+    .await?;
+    let through = wait_diagnosis(&env, "front", "MissingSecret").await?;
+    let first = through.chain.first().map(|r| (r.kind.as_str(), r.name.as_str()));
+    assert_eq!(first, Some(("Application", "missing-secret")), "{through:?}");
     let secret = env.wait_app("missing-secret", "its diagnosis", |_| true).await?;
     assert!(
         secret
@@ -171,5 +190,342 @@ async fn every_simulated_failure_is_diagnosed_to_its_root_and_clears_when_fixed(
     env.wait_ready("missing-secret", "True", "Healthy").await?;
     let cleared = env.api::<Application>().get("missing-secret").await?;
     assert!(cleared.status.map(|s| s.diagnosis.is_empty()).unwrap_or(false), "diagnosis cleared");
+    Ok(())
+}
+
+/// How long a diagnosis may take once its failure is observable in the cluster.
+const DIAGNOSIS_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Wait (at most [`DIAGNOSIS_DEADLINE`]) for `app`'s diagnosis entry with `reason`.
+async fn diagnosis_within_deadline(env: &Env, app: &str, reason: &str) -> Result<Diagnosis> {
+    let api = env.api::<Application>();
+    wait_for(&format!("{app}: diagnosis {reason}"), DIAGNOSIS_DEADLINE, || async {
+        let found = api.get(app).await?;
+        let diagnosis = found.status.map(|s| s.diagnosis).unwrap_or_default();
+        let hit = diagnosis.iter().find(|d| d.reason == reason).cloned();
+        Ok((hit, format!("{diagnosis:?}")))
+    })
+    .await
+}
+
+/// The message of the `ReplicaFailure=True` condition of the ReplicaSet of Deployment `name`,
+/// once the ReplicaSet controller has set it (read as the admin).
+async fn wait_replica_failure(env: &Env, name: &str) -> Result<String> {
+    let api = Api::<ReplicaSet>::namespaced(env.cluster.client(), &env.namespace);
+    wait_for(&format!("ReplicaFailure of {name}'s ReplicaSet"), Duration::from_secs(60), || async {
+        let listed = api.list(&ListParams::default().labels(&format!("app={name}"))).await?;
+        let message = listed.items.iter().find_map(|rs| {
+            let conditions = rs.status.as_ref()?.conditions.as_ref()?;
+            let c =
+                conditions.iter().find(|c| c.type_ == "ReplicaFailure" && c.status == "True")?;
+            c.message.clone()
+        });
+        Ok((message, format!("{} ReplicaSets", listed.items.len())))
+    })
+    .await
+}
+
+/// The chain runs from the managed `first` (kind, name) to the root, within the bounds.
+fn assert_chain(found: &Diagnosis, first: (&str, &str)) {
+    let head = found.chain.first().map(|r| (r.kind.as_str(), r.name.as_str()));
+    assert_eq!(head, Some(first), "chain {:?}", found.chain);
+    assert_eq!(found.chain.last(), Some(&found.resource), "chain ends at the root: {found:?}");
+    assert!(found.chain.len() <= 10 && found.message.len() <= 512, "{found:?}");
+}
+
+/// A `Diagnosed` Event on the Application names `reason`.
+async fn assert_diagnosed_event(env: &Env, app: &str, reason: &str) -> Result<()> {
+    let events = env.wait_event(app, "Diagnosed").await?;
+    assert!(
+        events.iter().any(|(_, r, note)| r == "Diagnosed" && note.contains(reason)),
+        "{app}: {events:?}"
+    );
+    Ok(())
+}
+
+async fn assert_cleared(env: &Env, app: &str) -> Result<()> {
+    env.wait_ready(app, "True", "Healthy").await?;
+    let cleared = env.api::<Application>().get(app).await?;
+    assert!(cleared.status.map(|s| s.diagnosis.is_empty()).unwrap_or(false), "diagnosis cleared");
+    Ok(())
+}
+
+/// The ServiceAccount admission plugin refuses the Pods of a Deployment naming a missing
+/// ServiceAccount; the ReplicaSet's `FailedCreate` leads to `MissingServiceAccount` at the
+/// ServiceAccount, which clears once it is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_service_account_is_diagnosed_at_the_service_account() -> Result<()> {
+    let env = env_with_workloads("diag-sa", true).await?;
+    env.grant("apps", &["deployments", "replicasets"]).await?;
+    env.grant("", &["pods", "events"]).await?;
+    let manifest =
+        deployment("runner", json!({}), json!({"serviceAccountName": "runner-identity"}));
+    env.push(&[("apps/runner/deploy.yaml", manifest)], "a Deployment without its identity").await?;
+    env.create_app("runner", "apps/runner", json!({"health": {"timeout": "10m"}})).await?;
+
+    let refusal = wait_replica_failure(&env, "runner").await?;
+    assert!(refusal.contains("serviceaccount \"runner-identity\" not found"), "{refusal}");
+    let found = diagnosis_within_deadline(&env, "runner", "MissingServiceAccount").await?;
+    assert_eq!(
+        (found.resource.kind.as_str(), found.resource.name.as_str()),
+        ("ServiceAccount", "runner-identity"),
+        "{found:?}"
+    );
+    assert_eq!(found.resource.namespace, env.namespace);
+    assert_chain(&found, ("Deployment", "runner"));
+    assert!(found.chain.iter().any(|r| r.kind == "ReplicaSet"), "{:?}", found.chain);
+    assert_diagnosed_event(&env, "runner", "MissingServiceAccount").await?;
+
+    let identity: ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "runner-identity"}}))?;
+    Api::<ServiceAccount>::namespaced(env.cluster.client(), &env.namespace)
+        .create(&PostParams::default(), &identity)
+        .await?;
+    assert_cleared(&env, "runner").await
+}
+
+/// A ResourceQuota allowing one Pod refuses the second replica: `QuotaExceeded` rooted at the
+/// quota, cleared when the quota is raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exceeded_quota_is_diagnosed_at_the_resource_quota() -> Result<()> {
+    let env = env_with_workloads("diag-quota", true).await?;
+    env.grant("apps", &["deployments", "replicasets"]).await?;
+    env.grant("", &["pods", "events"]).await?;
+    let quotas = Api::<ResourceQuota>::namespaced(env.cluster.client(), &env.namespace);
+    let quota: ResourceQuota = serde_json::from_value(
+        json!({"metadata": {"name": "pod-cap"}, "spec": {"hard": {"pods": "1"}}}),
+    )?;
+    quotas.create(&PostParams::default(), &quota).await?;
+    let mut manifest: Value = serde_json::from_str(&deployment("capped", json!({}), json!({})))?;
+    manifest["spec"]["replicas"] = json!(2);
+    env.push(&[("apps/capped/deploy.yaml", manifest.to_string())], "two replicas").await?;
+    env.create_app("capped", "apps/capped", json!({"health": {"timeout": "10m"}})).await?;
+
+    let refusal = wait_replica_failure(&env, "capped").await?;
+    assert!(refusal.contains("exceeded quota: pod-cap"), "{refusal}");
+    let found = diagnosis_within_deadline(&env, "capped", "QuotaExceeded").await?;
+    assert_eq!(
+        (found.resource.kind.as_str(), found.resource.name.as_str()),
+        ("ResourceQuota", "pod-cap"),
+        "{found:?}"
+    );
+    assert_chain(&found, ("Deployment", "capped"));
+    assert!(found.message.contains("exceeded quota: pod-cap"), "{found:?}");
+    assert_diagnosed_event(&env, "capped", "QuotaExceeded").await?;
+
+    let raise = json!({"spec": {"hard": {"pods": "2"}}});
+    quotas.patch("pod-cap", &PatchParams::default(), &Patch::Merge(&raise)).await?;
+    assert_cleared(&env, "capped").await
+}
+
+/// A pre-sync hook Job whose container crashes (`backoffLimit: 0`) fails the rollout with
+/// `HookFailed`, and the diagnosis names the Job and its failed Pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_pre_sync_hook_is_diagnosed_at_its_job() -> Result<()> {
+    let env = env_with_workloads("diag-hook", true).await?;
+    env.grant("batch", &["jobs"]).await?;
+    env.grant("", &["pods", "events"]).await?;
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "annotations": {keys::HOOK: keys::HOOK_PRE_SYNC}},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "run", "image": "registry.example/tools:1",
+                            "env": [{"name": "KSYNC_SIMULATE", "value": "crash"}]}]}}},
+    });
+    let settings = serde_json::to_string(&json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "settings"}, "data": {"k": "v"}}))?;
+    env.push(
+        &[("apps/hook/migrate.yaml", job.to_string()), ("apps/hook/settings.yaml", settings)],
+        "a crashing migration",
+    )
+    .await?;
+    env.create_app("hook", "apps/hook", json!({})).await?;
+
+    let jobs = Api::<Job>::namespaced(env.cluster.client(), &env.namespace);
+    wait_for("the hook Job Failed", Duration::from_secs(60), || async {
+        let job = jobs.get_opt("migrate").await?;
+        let failed = job
+            .as_ref()
+            .and_then(|j| j.status.as_ref()?.conditions.clone())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Failed" && c.status == "True"));
+        Ok((failed.then_some(()), format!("{:?}", job.and_then(|j| j.status))))
+    })
+    .await?;
+    let found = diagnosis_within_deadline(&env, "hook", "HookFailed").await?;
+    let message = env.wait_ready("hook", "False", "HookFailed").await?;
+    assert!(message.contains("migrate"), "{message}");
+    assert_eq!(
+        (found.resource.kind.as_str(), found.resource.name.as_str()),
+        ("Job", "migrate"),
+        "{found:?}"
+    );
+    assert_chain(&found, ("Job", "migrate"));
+    assert!(found.message.contains("BackoffLimitExceeded"), "{found:?}");
+    assert!(found.message.contains("Pod migrate-"), "names the failed Pod: {found:?}");
+    assert_diagnosed_event(&env, "hook", "HookFailed").await
+}
+
+/// A HealthCheck rule that says Degraded for a custom kind: the diagnosis is rooted at the
+/// custom resource and carries the rule's message; it clears when the rule says Healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_rule_saying_degraded_is_diagnosed_at_the_custom_resource() -> Result<()> {
+    let env = env_with_workloads("diag-rule", true).await?;
+    let ns = env.namespace.clone();
+    let group = format!("{ns}.example.com");
+    let admin = env.cluster.client();
+    apply_cluster_rbac(
+        &admin,
+        &[
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": format!("{ns}-crds")},
+                "rules": [{"apiGroups": ["apiextensions.k8s.io"],
+                           "resources": ["customresourcedefinitions"], "verbs": ["*"]},
+                          {"apiGroups": [group], "resources": ["gadgets"], "verbs": ["*"]}]}),
+            cluster_binding(&ns, &format!("{ns}-crds")),
+        ],
+    )
+    .await?;
+    env.grant("", &["events"]).await?;
+    let check: HealthCheck = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+        "metadata": {"name": format!("{ns}-gadget")},
+        "spec": {"group": group, "kind": "Gadget", "rules": [
+            {"expression": "has(object.status) && object.status.phase == 'Jammed'",
+             "state": "Degraded", "message": "the gadget is jammed"},
+            {"expression": "has(object.status) && object.status.phase == 'Ready'",
+             "state": "Healthy", "message": "the gadget is ready"},
+            {"expression": "true", "state": "Progressing", "message": "waiting for the gadget"},
+        ]},
+    }))?;
+    Api::<HealthCheck>::all(admin.clone()).create(&PostParams::default(), &check).await?;
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("gadgets.{group}")},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget",
+                           "listKind": "GadgetList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                   "x-kubernetes-preserve-unknown-fields": true}}}]},
+    });
+    let gadget = json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget",
+        "metadata": {"name": "cog"}, "spec": {"size": 1}});
+    let commit = env
+        .push(
+            &[
+                ("apps/g/crd.yaml", serde_json::to_string(&crd)?),
+                ("apps/g/gadget.yaml", serde_json::to_string(&gadget)?),
+            ],
+            "a Gadget",
+        )
+        .await?;
+    env.create_app("gadgets", "apps/g", json!({"health": {"timeout": "10m"}})).await?;
+    env.wait_synced("gadgets", &commit).await?;
+
+    let resource = kube::api::ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let gadgets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &resource);
+    let set_phase = |phase: &'static str| {
+        let gadgets = gadgets.clone();
+        async move {
+            let status = json!({"status": {"phase": phase}});
+            gadgets.patch_status("cog", &PatchParams::default(), &Patch::Merge(&status)).await
+        }
+    };
+    // Healthy first (a rollout failing on its first health check stops retrying), then the
+    // rule says Degraded.
+    set_phase("Ready").await?;
+    env.wait_ready("gadgets", "True", "Healthy").await?;
+    set_phase("Jammed").await?;
+    let found = diagnosis_within_deadline(&env, "gadgets", "Degraded").await?;
+    env.wait_ready("gadgets", "False", "Degraded").await?;
+    assert_eq!(
+        (found.resource.kind.as_str(), found.resource.name.as_str()),
+        ("Gadget", "cog"),
+        "{found:?}"
+    );
+    assert_eq!(found.chain, vec![found.resource.clone()], "the custom resource is the root");
+    assert!(found.message.contains("the gadget is jammed"), "{found:?}");
+    assert_diagnosed_event(&env, "gadgets", "Degraded").await?;
+
+    set_phase("Ready").await?;
+    assert_cleared(&env, "gadgets").await
+}
+
+/// A Secret value that shows up in a Pod's Event message (as a crashing program may print it)
+/// never reaches the diagnosis, the Diagnosed Event or `ksync diagnose`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_value_in_a_pod_event_never_reaches_the_diagnosis() -> Result<()> {
+    const CANARY: &str = "canary-9c1e7b-diagnosis";
+    let env = env_with_workloads("diagnose-leak", true).await?;
+    env.grant("apps", &["deployments", "replicasets"]).await?;
+    env.grant("", &["pods", "events"]).await?;
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
+                        "stringData": {"password": CANARY}});
+    let files = [
+        ("apps/leaky/secret.yaml", serde_json::to_string(&secret)?),
+        (
+            "apps/leaky/deploy.yaml",
+            deployment(
+                "leaky",
+                json!({"env": [{"name": "KSYNC_SIMULATE", "value": "unready"}],
+                       "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}),
+                json!({}),
+            ),
+        ),
+    ];
+    env.push(&files, "an unready Deployment beside a Secret").await?;
+    env.create_app("leaky", "apps/leaky", json!({"health": {"timeout": "10m"}})).await?;
+    // The Pod exists; an Event about it quotes the Secret's value.
+    let pods = env.api::<k8s_openapi::api::core::v1::Pod>();
+    let pod = wait_for("the leaky Pod", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default().labels("app=leaky")).await?;
+        let name = list.items.first().and_then(|p| p.metadata.name.clone());
+        Ok((name, format!("{} pods", list.items.len())))
+    })
+    .await?;
+    let event: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{pod}.leak")},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": env.namespace},
+        "reason": "Unhealthy", "type": "Warning", "count": 1000,
+        "message": format!("Readiness probe failed: HTTP probe failed with body: login failed for password={CANARY}"),
+        "source": {"component": "kubelet"},
+    }))?;
+    env.api::<k8s_openapi::api::core::v1::Event>().create(&PostParams::default(), &event).await?;
+    // The evidence is that Event (the most repeated one), with the value masked.
+    let found = wait_for("the leaked Event as evidence", Duration::from_secs(60), || async {
+        let app = env.api::<Application>().get("leaky").await?;
+        let diagnosis = app.status.map(|s| s.diagnosis).unwrap_or_default();
+        let hit = diagnosis
+            .iter()
+            .find(|d| d.reason == "ReadinessProbeFailed" && d.message.contains("login failed"))
+            .cloned();
+        Ok((hit, format!("{diagnosis:?}")))
+    })
+    .await?;
+    assert!(found.message.contains("password=***"), "{found:?}");
+    env.wait_event("leaky", "Diagnosed").await?;
+    let app = env.api::<Application>().get("leaky").await?;
+    let events = env.events_for("leaky").await?;
+    let cli = kuvryn_sync_tests::cli::Ksync::new(&env)?;
+    let human = cli.run(&["diagnose", "leaky"]).await?;
+    let json_out = cli.run(&["diagnose", "leaky", "-o", "json"]).await?;
+    let everything = format!(
+        "{}{events:?}{}{}{}{}",
+        serde_json::to_string(&app.status)?,
+        human.stdout,
+        human.stderr,
+        json_out.stdout,
+        env.controller_log()
+    );
+    assert!(human.stdout.contains("ReadinessProbeFailed"), "{}", human.stdout);
+    assert!(!everything.contains(CANARY), "the Secret value leaked");
     Ok(())
 }

@@ -36,6 +36,7 @@ pub struct Route {
 /// Every route [`router`] serves.
 pub const ROUTES: &[Route] = &[
     Route { path: HEALTHZ, kind: RouteKind::Health },
+    Route { path: READYZ, kind: RouteKind::Health },
     Route { path: VALIDATE_HEALTHCHECKS, kind: RouteKind::Admission },
     Route { path: ADMIT_APPLICATIONS, kind: RouteKind::Admission },
     Route { path: hooks::REPOSITORY_HOOK_PATH, kind: RouteKind::Receiver },
@@ -43,6 +44,9 @@ pub const ROUTES: &[Route] = &[
 ];
 
 const HEALTHZ: &str = "/healthz";
+/// Ready once the listener serves (the API client is optional: without it the webhook still
+/// validates HealthChecks and says why it cannot check an approval).
+const READYZ: &str = "/readyz";
 /// HealthCheck validation (ValidatingWebhookConfiguration).
 pub const VALIDATE_HEALTHCHECKS: &str = "/validate/healthchecks";
 /// Application approval and rollback audit (MutatingWebhookConfiguration).
@@ -88,6 +92,7 @@ pub fn router(state: AppState) -> Router {
     };
     Router::new()
         .route(HEALTHZ, get(|| async { "ok" }))
+        .route(READYZ, get(|| async { "ok" }))
         .route(VALIDATE_HEALTHCHECKS, post(admission::validate_health_check))
         .route(ADMIT_APPLICATIONS, post(admission::admit_application))
         .with_state(state)

@@ -53,6 +53,13 @@
 //!   appears. A missing Secret/ConfigMap *volume* keeps the pod in `ContainerCreating` with a
 //!   `FailedMount` Warning (`MountVolume.SetUp failed for volume "v" : secret "db" not found`), as
 //!   the kubelet does, and recovers the same way.
+//! - **Pods the API refuses** (a missing ServiceAccount, an exceeded ResourceQuota, a webhook's
+//!   denial): the owner gets a `FailedCreate` Warning (`Error creating: <the API error>`; the
+//!   StatefulSet wording is `create Pod NAME in StatefulSet OWNER failed error: <the API error>`)
+//!   and a ReplicaSet gets `ReplicaFailure=True` reason `FailedCreate` with the API error, as
+//!   kube-controller-manager records them; the condition goes once a create succeeds (or no Pod is
+//!   wanted any more). The owner's other creates wait for the next pass. The resourcequota
+//!   controller keeps each ResourceQuota's `status.used` in step with the Pods.
 //! - **PersistentVolumeClaims** stay `Pending` (the sandbox has no volumes or provisioners) with a
 //!   `FailedBinding` Warning (`no persistent volumes available for this claim and no storage class
 //!   is set`), or `ProvisioningFailed` for a named class; pods using them are unschedulable.
@@ -80,7 +87,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Endpoints, Event, Node, PersistentVolumeClaim, Pod, Secret, Service,
+    ConfigMap, Endpoints, Event, Node, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -159,6 +166,7 @@ pub async fn start_with(client: Client, opts: SimulatorOptions) -> anyhow::Resul
         pvcs: watch(&client, &notify, &mut guard),
         statefulsets: watch(&client, &notify, &mut guard),
         daemonsets: watch(&client, &notify, &mut guard),
+        quotas: watch(&client, &notify, &mut guard),
     };
     caches.wait_until_ready().await?;
     let mut sim = Simulator { client, caches, opts, memory: Memory::default() };
@@ -220,6 +228,7 @@ struct Caches {
     pvcs: Store<PersistentVolumeClaim>,
     statefulsets: Store<StatefulSet>,
     daemonsets: Store<DaemonSet>,
+    quotas: Store<ResourceQuota>,
 }
 
 impl Caches {
@@ -237,6 +246,7 @@ impl Caches {
             self.pvcs.wait_until_ready().await?;
             self.statefulsets.wait_until_ready().await?;
             self.daemonsets.wait_until_ready().await?;
+            self.quotas.wait_until_ready().await?;
             Ok::<_, reflector::store::WriterDropped>(())
         };
         tokio::time::timeout(Duration::from_secs(30), w).await??;
@@ -255,6 +265,8 @@ struct Memory {
     events: HashMap<String, (String, String, i32, Timestamp)>,
     /// Events created so far (keeps Event names unique).
     event_seq: u64,
+    /// owner uid -> the API error of its last Pod create, while that create keeps failing.
+    create_failures: HashMap<String, String>,
 }
 
 /// One write a pass decided on.
@@ -301,6 +313,7 @@ enum Write {
         bind: Option<String>,
     },
     CreateEndpoints(Box<Endpoints>),
+    QuotaStatus(Box<ResourceQuota>),
     ReplaceEndpoints(Box<Endpoints>),
     DeleteEndpoints {
         ns: String,
@@ -346,8 +359,21 @@ impl Simulator {
 
     async fn execute(&mut self, writes: Vec<Write>, now: Timestamp) {
         let mut barrier: Vec<Box<dyn Fn() -> bool + Send>> = vec![];
+        // Owners whose Pod create failed in this pass: like the controllers' slow start, their
+        // remaining creates wait for the next pass.
+        let mut refused: Vec<String> = vec![];
         for w in writes {
+            if let Write::CreatePod { owner, .. } = &w
+                && refused.contains(&owner.uid.clone().unwrap_or_default())
+            {
+                continue;
+            }
+            let owner_uid = match &w {
+                Write::CreatePod { owner, .. } => owner.uid.clone(),
+                _ => None,
+            };
             if let Err(e) = self.write(w, now, &mut barrier).await {
+                refused.extend(owner_uid);
                 tracing::debug!("simulator write: {e}");
             }
         }
@@ -407,7 +433,15 @@ impl Simulator {
             }
             Write::CreatePod { pod, owner, component, message } => {
                 let api: Api<Pod> = Api::namespaced(c, &pod.namespace().unwrap_or_default());
-                let made = api.create(&pp("kube-controller-manager"), &pod).await?;
+                let uid = owner.uid.clone().unwrap_or_default();
+                let made = match api.create(&pp("kube-controller-manager"), &pod).await {
+                    Ok(made) => made,
+                    Err(err) => {
+                        self.record_failed_create(&pod, owner, component, &err, now).await;
+                        return Err(err);
+                    }
+                };
+                self.memory.create_failures.remove(&uid);
                 barrier.push(seen(&self.caches.pods, &made));
                 let m = message.unwrap_or_else(|| format!("Created pod: {}", made.name_any()));
                 let e = EventSpec::new(owner, EventType::Normal, "SuccessfulCreate", m, component);
@@ -481,6 +515,13 @@ impl Simulator {
                 let made = api.replace(&ep.name_any(), &pp("kube-controller-manager"), &ep).await?;
                 barrier.push(seen(&self.caches.endpoints, &made));
             }
+            Write::QuotaStatus(q) => {
+                let api: Api<ResourceQuota> =
+                    Api::namespaced(c, &q.namespace().unwrap_or_default());
+                let made =
+                    api.replace_status(&q.name_any(), &pp("kube-controller-manager"), &q).await?;
+                barrier.push(seen(&self.caches.quotas, &made));
+            }
             Write::DeleteEndpoints { ns, name } => {
                 let api: Api<Endpoints> = Api::namespaced(c, &ns);
                 api.delete(&name, &DeleteParams::default()).await?;
@@ -488,6 +529,32 @@ impl Simulator {
             Write::Event(e) => self.record(*e, now).await,
         }
         Ok(())
+    }
+
+    /// A refused Pod create: remember the API error for the owner's status and record the
+    /// owner's `FailedCreate` Warning in the controller's wording.
+    async fn record_failed_create(
+        &mut self,
+        pod: &Pod,
+        owner: k8s_openapi::api::core::v1::ObjectReference,
+        component: &'static str,
+        err: &kube::Error,
+        now: Timestamp,
+    ) {
+        let text = match err {
+            kube::Error::Api(s) => s.message.clone(),
+            other => other.to_string(),
+        };
+        let message = workloads::failed_create_message(
+            component,
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            owner.name.as_deref().unwrap_or_default(),
+            &text,
+        );
+        self.memory.create_failures.insert(owner.uid.clone().unwrap_or_default(), text);
+        let e = EventSpec::new(owner, EventType::Warning, "FailedCreate", message, component)
+            .throttled();
+        self.record(e, now).await;
     }
 
     /// Record an event, counting repeats on the same Event like the event correlator (throttled

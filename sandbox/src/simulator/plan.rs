@@ -51,7 +51,7 @@ impl Simulator {
         let owned = PodsByOwner::index(&pods);
         let rss = c.replicasets.state();
         plan_deployments(&c, &rss, now, &mut out);
-        plan_replicasets(&rss, &owned, now, &mut out);
+        plan_replicasets(&rss, &owned, &self.memory.create_failures, now, &mut out);
         plan_jobs(&c, &owned, now, &mut out);
         let node_objs = c.nodes.state();
         let node_refs: Vec<&Node> = node_objs.iter().map(|n| &**n).collect();
@@ -61,6 +61,7 @@ impl Simulator {
         self.plan_pods(&pods, &node_refs, &pvcs, now, &mut out);
         plan_endpoints(&c, &pods, now, &mut out);
         plan_claim_events(&pvcs, &mut out);
+        plan_quotas(&c, &pods, &mut out);
         out
     }
 
@@ -130,7 +131,7 @@ impl Memory {
     }
 
     /// The pod's IP: remembered, or from its status, or the lowest free address of the node's
-    /// pod CIDR (10.244.<idx>.0/24; .1 is the gateway), reused once its pod is gone.
+    /// pod CIDR (`10.244.<idx>.0/24`; `.1` is the gateway), reused once its pod is gone.
     fn pod_ip(&mut self, uid: &str, p: &Pod, node_idx: usize) -> String {
         if let Some(ip) = self.ips.get(uid) {
             return ip.clone();
@@ -303,11 +304,20 @@ fn plan_deployments(c: &Caches, rss: &[Arc<ReplicaSet>], now: Timestamp, out: &m
 fn plan_replicasets(
     rss: &[Arc<ReplicaSet>],
     owned: &PodsByOwner,
+    create_failures: &HashMap<String, String>,
     now: Timestamp,
     out: &mut Vec<Write>,
 ) {
     for rs in rss.iter().filter(|r| !deleting(&***r)) {
-        let plan = workloads::plan_replicaset(rs, &owned.of(&rs.metadata.uid), now);
+        let mut plan = workloads::plan_replicaset(rs, &owned.of(&rs.metadata.uid), now);
+        let failure = (plan.create > 0)
+            .then(|| create_failures.get(rs.metadata.uid.as_deref().unwrap_or_default()))
+            .flatten();
+        plan.status.conditions = workloads::replica_failure_conditions(
+            rs.status.as_ref().and_then(|s| s.conditions.as_deref()),
+            failure.map(String::as_str),
+            now,
+        );
         let ns = rs.namespace().unwrap_or_default();
         let template = rs.spec.as_ref().and_then(|s| s.template.clone()).unwrap_or_default();
         for _ in 0..plan.create.min(500) {
@@ -550,6 +560,28 @@ fn plan_claim_events(pvcs: &[Arc<PersistentVolumeClaim>], out: &mut Vec<Write>) 
                 )
                 .throttled(),
             )));
+        }
+    }
+}
+
+/// The resourcequota controller: each ResourceQuota's `status` (`hard` and the tracked usage)
+/// from the Pods of its namespace, so deletions free quota.
+fn plan_quotas(c: &Caches, pods: &[Arc<Pod>], out: &mut Vec<Write>) {
+    for q in c.quotas.state().iter().filter(|q| !deleting(&***q)) {
+        let ns = q.namespace();
+        let in_ns = pods.iter().filter(|p| p.namespace() == ns).map(|p| &**p);
+        let used = crate::builtin_admission::usage_of(in_ns);
+        let hard = q.spec.as_ref().and_then(|s| s.hard.clone()).unwrap_or_default();
+        let status = crate::builtin_admission::quota_status(&hard, &used);
+        let Ok(status) =
+            serde_json::from_value::<k8s_openapi::api::core::v1::ResourceQuotaStatus>(status)
+        else {
+            continue;
+        };
+        if !same(&q.status, &Some(status.clone())) {
+            let mut n = (**q).clone();
+            n.status = Some(status);
+            out.push(Write::QuotaStatus(Box::new(n)));
         }
     }
 }

@@ -563,3 +563,60 @@ fn deployment_rolls_within_max_surge_and_max_unavailable() {
     let conds = plan.status.conditions.unwrap();
     assert_eq!(conds[1].message.as_deref(), Some("ReplicaSet \"web-new\" is progressing."));
 }
+
+#[test]
+fn failed_creates_are_worded_like_kube_controller_manager() {
+    let err = r#"pods "web-" is forbidden: error looking up service account ns/app: serviceaccount "app" not found"#;
+    // (component, pod, owner, expected Event message)
+    let cases = [
+        ("replicaset-controller", "", "web-1", format!("Error creating: {err}")),
+        ("job-controller", "", "migrate", format!("Error creating: {err}")),
+        ("daemonset-controller", "", "agent", format!("Error creating: {err}")),
+        (
+            "statefulset-controller",
+            "db-0",
+            "db",
+            format!("create Pod db-0 in StatefulSet db failed error: {err}"),
+        ),
+    ];
+    for (component, pod, owner, want) in cases {
+        assert_eq!(
+            workloads::failed_create_message(component, pod, owner, err),
+            want,
+            "{component}"
+        );
+    }
+}
+
+#[test]
+fn replica_failure_condition_follows_the_last_create() {
+    use k8s_openapi::api::apps::v1::ReplicaSetCondition;
+    let t0: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
+    let t1: Timestamp = "2026-01-01T00:01:00Z".parse().expect("time");
+    let failure = |message: &str, at: Timestamp| ReplicaSetCondition {
+        type_: "ReplicaFailure".into(),
+        status: "True".into(),
+        reason: Some("FailedCreate".into()),
+        message: Some(message.into()),
+        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at)),
+    };
+    let other =
+        ReplicaSetCondition { type_: "Other".into(), status: "True".into(), ..Default::default() };
+    // (previous conditions, last create failure, expected conditions)
+    type Case = (Vec<ReplicaSetCondition>, Option<&'static str>, Option<Vec<ReplicaSetCondition>>);
+    let cases: Vec<Case> = vec![
+        (vec![], None, None),
+        (vec![], Some("denied"), Some(vec![failure("denied", t1)])),
+        // Still failing with the same error: unchanged (no status write every pass).
+        (vec![failure("denied", t0)], Some("denied"), Some(vec![failure("denied", t0)])),
+        // A different error: new message, the transition time stays.
+        (vec![failure("denied", t0)], Some("quota"), Some(vec![failure("quota", t0)])),
+        // Creation succeeded again: removed, other conditions kept.
+        (vec![other.clone(), failure("denied", t0)], None, Some(vec![other.clone()])),
+        (vec![failure("denied", t0)], None, None),
+    ];
+    for (prev, create_failure, want) in cases {
+        let got = workloads::replica_failure_conditions(Some(&prev), create_failure, t1);
+        assert_eq!(got, want, "prev {prev:?}, failure {create_failure:?}");
+    }
+}

@@ -5,7 +5,8 @@
 //! <https://kubernetes.io/docs/concepts/workloads/controllers/job/>.
 
 use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus,
+    Deployment, DeploymentCondition, DeploymentStatus, ReplicaSet, ReplicaSetCondition,
+    ReplicaSetSpec, ReplicaSetStatus,
 };
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus, UncountedTerminatedPods};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
@@ -145,6 +146,46 @@ pub fn plan_replicaset(rs: &ReplicaSet, pods: &[&Pod], now: Timestamp) -> Replic
         ..Default::default()
     };
     ReplicaSetPlan { create: diff.max(0), delete, status }
+}
+
+/// The `FailedCreate` Warning a controller records on its owner when a Pod create is refused:
+/// `create Pod NAME in StatefulSet OWNER failed error: ERR` from the statefulset controller
+/// (`pkg/controller/statefulset/stateful_pod_control.go`), `Error creating: ERR` from the others
+/// (`RealPodControl` in `pkg/controller/controller_utils.go`).
+pub fn failed_create_message(component: &str, pod: &str, owner: &str, error: &str) -> String {
+    match component {
+        "statefulset-controller" => {
+            format!("create Pod {pod} in StatefulSet {owner} failed error: {error}")
+        }
+        _ => format!("Error creating: {error}"),
+    }
+}
+
+/// The ReplicaSet's conditions after a sync, as the replicaset controller's `calculateStatus`
+/// sets them: `ReplicaFailure=True` reason `FailedCreate` with the API error while Pods are
+/// still wanted and the last create failed (`create_failure`), removed otherwise; other
+/// conditions kept. `None` when no condition is left (the field is omitted).
+pub fn replica_failure_conditions(
+    prev: Option<&[ReplicaSetCondition]>,
+    create_failure: Option<&str>,
+    now: Timestamp,
+) -> Option<Vec<ReplicaSetCondition>> {
+    let prev = prev.unwrap_or_default();
+    let mut out: Vec<ReplicaSetCondition> =
+        prev.iter().filter(|c| c.type_ != "ReplicaFailure").cloned().collect();
+    if let Some(message) = create_failure {
+        let old = prev.iter().find(|c| c.type_ == "ReplicaFailure" && c.status == "True");
+        let kept = old.filter(|c| c.message.as_deref() == Some(message));
+        out.push(kept.cloned().unwrap_or_else(|| ReplicaSetCondition {
+            type_: "ReplicaFailure".into(),
+            status: "True".into(),
+            reason: Some("FailedCreate".into()),
+            message: Some(message.to_string()),
+            last_transition_time:
+                old.and_then(|c| c.last_transition_time.clone()).or(Some(Time(now))),
+        }));
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// FNV-1a (32 bit), the hash the deployment controller uses for `pod-template-hash`.

@@ -410,13 +410,22 @@ pub fn previous_healthy(revisions: &[Revision], current: &str) -> Option<String>
 pub fn wait_for_dependencies(
     app: &Application,
     condition: NewCondition<'_>,
+    causes: Vec<Diagnosis>,
     now: &Time,
 ) -> Decision {
     let current = app.status.clone().unwrap_or_default();
     let mut status = current.clone();
     status.observed_generation = app.metadata.generation;
     conditions::set(&mut status.conditions, condition, now);
-    let mut decision = finish(current, status, None, Vec::new(), Step::Report);
+    // What holds it back explains why it is not Healthy: the dependencies' own root causes.
+    let mut events = Vec::new();
+    if diagnosis::diagnosis_changed(&status.diagnosis, &causes) {
+        status.diagnosis = causes;
+        if !status.diagnosis.is_empty() {
+            events.push((EventReason::Diagnosed, diagnosed_message(&status.diagnosis)));
+        }
+    }
+    let mut decision = finish(current, status, None, events, Step::Report);
     decision.requeue_after = Some(rollout::OBSERVE_EVERY.saturating_mul(6));
     decision
 }

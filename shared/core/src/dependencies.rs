@@ -29,7 +29,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use kuvryn_sync_api::{Application, ConditionReason, ConditionType, HealthState, keys};
+use kuvryn_sync_api::{
+    Application, ConditionReason, ConditionType, Diagnosis, HealthState, ResourceRef, keys,
+};
 
 use crate::conditions::{self, NewCondition, Status};
 use crate::redact;
@@ -90,6 +92,54 @@ pub fn check(app: &Application, namespace_apps: &[Application]) -> Verdict {
     );
     Verdict::NotReady { message: bound(&message) }
 }
+
+/// Why `app` waits, as root causes for `status.diagnosis`: for each dependency that holds it
+/// back, that Application's own diagnosis with the dependency prepended to each chain, or, when it
+/// has none, the dependency itself (`DependencyNotReady`, with what `check` says of it). At most
+/// 10 entries, chains at most 10 long (the root kept).
+pub fn diagnosis(app: &Application, namespace_apps: &[Application]) -> Vec<Diagnosis> {
+    let graph = Graph::new(app, namespace_apps);
+    let mut clean = BTreeSet::new();
+    let mut out: Vec<Diagnosis> = Vec::new();
+    for &dep in graph.deps(name_of(app)) {
+        let Some(blocker) = graph.blocker(dep, &mut clean) else { continue };
+        let reference = ResourceRef {
+            api_version: format!("{}/{}", kuvryn_sync_api::GROUP, kuvryn_sync_api::VERSION),
+            kind: "Application".to_owned(),
+            namespace: app.metadata.namespace.clone().unwrap_or_default(),
+            name: dep.to_owned(),
+        };
+        let theirs = graph
+            .apps
+            .get(dep)
+            .and_then(|a| a.status.as_ref())
+            .map(|s| s.diagnosis.clone())
+            .unwrap_or_default();
+        if theirs.is_empty() {
+            out.push(Diagnosis {
+                resource: reference.clone(),
+                reason: ConditionReason::DependencyNotReady.as_str().to_owned(),
+                message: bound(&blocker.describe(dep)),
+                chain: vec![reference],
+            });
+            continue;
+        }
+        for mut cause in theirs {
+            cause.chain.insert(0, reference.clone());
+            if cause.chain.len() > MAX_CHAIN {
+                let tail = cause.chain.split_off(cause.chain.len() - (MAX_CHAIN - 1));
+                cause.chain.truncate(1);
+                cause.chain.extend(tail);
+            }
+            out.push(cause);
+        }
+    }
+    out.truncate(MAX_CAUSES);
+    out
+}
+
+const MAX_CAUSES: usize = 10;
+const MAX_CHAIN: usize = 10;
 
 /// The `DependenciesReady` condition of `app` for `verdict`, or `None` when `spec.dependsOn` is
 /// empty (the condition is absent then: remove it).
@@ -474,6 +524,48 @@ mod tests {
 
     fn cycle(names: &[&str]) -> Verdict {
         Verdict::Cycle { cycle: names.iter().map(|n| (*n).to_owned()).collect() }
+    }
+
+    #[test]
+    fn a_waiting_application_is_diagnosed_with_its_dependencies_root_causes() {
+        let secret = ResourceRef {
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            namespace: NS.into(),
+            name: "db".into(),
+        };
+        let cause = Diagnosis {
+            resource: secret.clone(),
+            reason: "MissingSecret".into(),
+            message: "Secret team/db does not exist".into(),
+            chain: vec![secret.clone()],
+        };
+        let degraded = with(healthy("db", &[]), |a| {
+            let s = status(a);
+            s.state = HealthState::Degraded;
+            s.health.state = HealthState::Degraded;
+            set_ready(s, Status::False, ConditionReason::Degraded.as_str());
+            s.diagnosis = vec![cause.clone()];
+        });
+        let web = app("web", &["db", "cache", "ok"]);
+        let all = [web.clone(), degraded, healthy("ok", &[])];
+        let found = diagnosis(&web, &all);
+        let application = |name: &str| ResourceRef {
+            api_version: "sync.kuvryn.io/v1alpha1".into(),
+            kind: "Application".into(),
+            namespace: NS.into(),
+            name: name.into(),
+        };
+        // db's own cause, reached through db; cache does not exist; ok holds nothing back.
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found[0].reason, "MissingSecret");
+        assert_eq!(found[0].chain, vec![application("db"), secret]);
+        assert_eq!(found[1].reason, "DependencyNotReady");
+        assert_eq!(found[1].resource, application("cache"));
+        assert_eq!(found[1].message, "cache does not exist");
+        // Nothing holds a ready Application back.
+        let ready = app("front", &["ok"]);
+        assert!(diagnosis(&ready, &[ready.clone(), healthy("ok", &[])]).is_empty());
     }
 
     #[test]

@@ -545,7 +545,10 @@ mod tests {
 
     #[test]
     fn syntax_errors_length_and_emptiness_are_named() {
-        assert!(matches!(compile("object.status.phase ==").expect_err("refused"), RuleError::Syntax { .. }));
+        assert!(matches!(
+            compile("object.status.phase ==").expect_err("refused"),
+            RuleError::Syntax { .. }
+        ));
         assert_eq!(compile("  ").expect_err("refused"), RuleError::Empty);
         let long = format!("object.a == '{}'", "x".repeat(MAX_EXPRESSION_LENGTH));
         assert!(matches!(compile(&long).expect_err("refused"), RuleError::TooLong { .. }));

@@ -28,6 +28,7 @@
 //! | [`rollout`] | an attempt's health, its deadline, the backoff between attempts, approvals |
 //! | [`admission`] | what an Application request may change in its approval and rollback annotations, and what the webhook records |
 //! | [`application`] | an Application sync: its Revision, status, Events and step |
+//! | [`notify`] | which Events notify, sink payloads, HMAC signing, delivery retries, sink validity, `NotificationsReady` |
 
 pub mod admission;
 pub mod application;
@@ -44,6 +45,7 @@ pub mod helm_values;
 pub mod history;
 pub mod inventory;
 pub mod kstatus;
+pub mod notify;
 pub mod order;
 pub mod plan;
 pub mod prune;

@@ -2,6 +2,7 @@
 //! objects it declares ([`kuvryn_sync_core::desired::Rendered`]), which `core::desired` then
 //! normalises and validates. So far: `type: yaml` ([`yaml`]) and SOPS decryption ([`sops`]).
 
+pub mod cache;
 pub mod helm;
 pub mod kustomize;
 pub mod sops;

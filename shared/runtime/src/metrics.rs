@@ -5,7 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use kuvryn_sync_api::EventReason;
+use kuvryn_sync_api::{EventReason, RenderType, SinkType};
 
 /// Name of the counter of Application lifecycle Events (the registry appends `_total`).
 pub const LIFECYCLE_EVENTS: &str = "kuvryn_sync_lifecycle_events";
@@ -19,10 +19,77 @@ pub struct LifecycleLabels {
     pub r#type: String,
 }
 
+/// Name of the counter of Application renders (the registry appends `_total`).
+pub const RENDERS: &str = "kuvryn_sync_renders";
+
+/// How a render's output was obtained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RenderOutcome {
+    /// The engine ran.
+    Rendered,
+    /// The output came from the render cache: nothing that shapes it had changed.
+    CacheHit,
+}
+
+impl RenderOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RenderOutcome::Rendered => "rendered",
+            RenderOutcome::CacheHit => "cache_hit",
+        }
+    }
+}
+
+/// Labels of [`RENDERS`]: the render type (`yaml`, `kustomize`, `helm`) and the outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RenderLabels {
+    /// `spec.source.render.type`.
+    pub r#type: String,
+    /// `rendered` or `cache_hit`.
+    pub outcome: String,
+}
+
+/// Name of the counter of notifications by sink type and outcome (the registry appends `_total`).
+pub const NOTIFICATIONS: &str = "kuvryn_sync_notifications";
+
+/// How a notification ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotificationOutcome {
+    /// The sink took it.
+    Sent,
+    /// Retries ran out, or the sink refused it.
+    Failed,
+    /// The queue was full.
+    Dropped,
+}
+
+impl NotificationOutcome {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotificationOutcome::Sent => "sent",
+            NotificationOutcome::Failed => "failed",
+            NotificationOutcome::Dropped => "dropped",
+        }
+    }
+}
+
+/// Labels of [`NOTIFICATIONS`]: the sink type and the outcome, never a sink name or url.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NotificationLabels {
+    /// `webhook` or `slack`.
+    pub sink_type: String,
+    /// `sent`, `failed` or `dropped`.
+    pub outcome: String,
+}
+
 /// The metrics the controller exports.
 #[derive(Clone, Debug, Default)]
 pub struct ControllerMetrics {
     lifecycle_events: Family<LifecycleLabels, Counter>,
+    renders: Family<RenderLabels, Counter>,
+    notifications: Family<NotificationLabels, Counter>,
 }
 
 impl ControllerMetrics {
@@ -34,7 +101,47 @@ impl ControllerMetrics {
             "Application lifecycle Events recorded, by reason and type",
             metrics.lifecycle_events.clone(),
         );
+        registry.register(
+            RENDERS,
+            "Application renders, by render type and outcome (rendered by the engine, or a \
+             cache hit)",
+            metrics.renders.clone(),
+        );
+        registry.register(
+            NOTIFICATIONS,
+            "Notifications sent, failed and dropped, by sink type",
+            metrics.notifications.clone(),
+        );
         metrics
+    }
+
+    /// Count one render of `render_type`.
+    pub fn count_render(&self, render_type: RenderType, outcome: RenderOutcome) {
+        let render_type = match render_type {
+            RenderType::Yaml => "yaml",
+            RenderType::Kustomize => "kustomize",
+            RenderType::Helm => "helm",
+        };
+        self.renders
+            .get_or_create(&RenderLabels {
+                r#type: render_type.to_owned(),
+                outcome: outcome.as_str().to_owned(),
+            })
+            .inc();
+    }
+
+    /// Count one notification to a sink of `sink_type` that ended with `outcome`.
+    pub fn count_notification(&self, sink_type: SinkType, outcome: NotificationOutcome) {
+        let sink_type = match sink_type {
+            SinkType::Webhook => "webhook",
+            SinkType::Slack => "slack",
+        };
+        self.notifications
+            .get_or_create(&NotificationLabels {
+                sink_type: sink_type.to_owned(),
+                outcome: outcome.as_str().to_owned(),
+            })
+            .inc();
     }
 
     /// Count one Application Event.
@@ -73,5 +180,43 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn renders_are_counted_by_type_and_outcome() {
+        let mut registry = Registry::default();
+        let metrics = ControllerMetrics::register(&mut registry);
+        metrics.count_render(RenderType::Kustomize, RenderOutcome::Rendered);
+        metrics.count_render(RenderType::Kustomize, RenderOutcome::CacheHit);
+        metrics.count_render(RenderType::Kustomize, RenderOutcome::CacheHit);
+        metrics.count_render(RenderType::Yaml, RenderOutcome::Rendered);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        for line in [
+            r#"kuvryn_sync_renders_total{type="kustomize",outcome="rendered"} 1"#,
+            r#"kuvryn_sync_renders_total{type="kustomize",outcome="cache_hit"} 2"#,
+            r#"kuvryn_sync_renders_total{type="yaml",outcome="rendered"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn notifications_are_counted_by_sink_type_and_outcome() {
+        let mut registry = Registry::default();
+        let metrics = ControllerMetrics::register(&mut registry);
+        metrics.count_notification(SinkType::Webhook, NotificationOutcome::Sent);
+        metrics.count_notification(SinkType::Webhook, NotificationOutcome::Sent);
+        metrics.count_notification(SinkType::Slack, NotificationOutcome::Failed);
+        metrics.count_notification(SinkType::Webhook, NotificationOutcome::Dropped);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        for line in [
+            r#"kuvryn_sync_notifications_total{sink_type="webhook",outcome="sent"} 2"#,
+            r#"kuvryn_sync_notifications_total{sink_type="slack",outcome="failed"} 1"#,
+            r#"kuvryn_sync_notifications_total{sink_type="webhook",outcome="dropped"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
     }
 }

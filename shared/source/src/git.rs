@@ -37,7 +37,7 @@ use std::{
 use kuvryn_sync_api::FailureReason;
 use kuvryn_sync_core::redact::Redactor;
 
-pub use store::{CacheStats, CheckedOutTree, GitCache};
+pub use store::{CacheStats, CheckedOutTree, GitCache, TreeIds};
 
 /// Credentials for a Git remote: the form [`kuvryn_sync_core::credentials`] parses from a labelled Secret.
 pub use kuvryn_sync_core::credentials::{BasicAuth, GitAuth, SshAuth};

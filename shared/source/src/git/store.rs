@@ -79,6 +79,129 @@ impl CheckedOutTree {
     pub fn commit(&self) -> &str {
         &self.commit
     }
+
+    /// The Git object ids of paths in this commit's tree ([`TreeIds`]), read from the cache's
+    /// repository; `None` when it cannot be opened.
+    pub fn tree_ids(&self) -> Option<TreeIds> {
+        TreeIds::of_checkout(&self.path)
+    }
+
+    /// The Git id of the tree (or file) at the repository-relative `path`, when its content is
+    /// all in the repository ([`TreeIds::id`]).
+    pub fn tree_id(&self, path: &str) -> Option<String> {
+        self.tree_ids()?.id(path)
+    }
+}
+
+/// Git object ids of paths in one commit, read from the cache's bare repository: two commits that
+/// leave a directory untouched give it the same id, so whatever was made from that directory can
+/// be reused. Blocking (reads objects from disk); not shared between threads.
+pub struct TreeIds {
+    repo: gix::Repository,
+    root: ObjectId,
+}
+
+impl std::fmt::Debug for TreeIds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TreeIds").field("root", &self.root.to_string()).finish()
+    }
+}
+
+/// One entry of a tree: its kind and id.
+type TreeEntry = (gix::object::tree::EntryKind, ObjectId);
+
+impl TreeIds {
+    /// The ids of the commit checked out at `dir`, a directory [`GitCache::tree`] handed out
+    /// (`ROOT/KEY/trees/COMMIT`); `None` for any other directory or when the repository or the
+    /// commit cannot be read.
+    pub fn of_checkout(dir: &Path) -> Option<TreeIds> {
+        let commit = dir.file_name()?.to_str()?;
+        let trees = dir.parent()?;
+        if !is_full_commit(commit) || trees.file_name()? != "trees" {
+            return None;
+        }
+        let repo_dir = trees.parent()?.join("repo");
+        let repo = gix::open_opts(&repo_dir, gix::open::Options::isolated()).ok()?;
+        let id = ObjectId::from_hex(commit.as_bytes()).ok()?;
+        let root = repo.find_commit(id).ok()?.tree_id().ok()?.detach();
+        Some(TreeIds { repo, root })
+    }
+
+    /// The hex id of the tree or file at the repository-relative `path` (`.` or empty for the
+    /// root). `None` when the path is missing, climbs with `..`, passes through a symbolic link,
+    /// or names a tree holding a symbolic link or submodule anywhere below it: such content is
+    /// not covered by the id, so nothing may be keyed on it.
+    pub fn id(&self, path: &str) -> Option<String> {
+        use gix::object::tree::EntryKind;
+        let (kind, id) = self.entry(path)?;
+        match kind {
+            EntryKind::Blob | EntryKind::BlobExecutable => Some(id.to_string()),
+            EntryKind::Tree => self.self_contained(id, 0).then(|| id.to_string()),
+            EntryKind::Link | EntryKind::Commit => None,
+        }
+    }
+
+    /// The bytes of the regular file at `path`, if it is one and holds at most `max_bytes`.
+    pub fn file(&self, path: &str, max_bytes: u64) -> Option<Vec<u8>> {
+        use gix::object::tree::EntryKind;
+        let (kind, id) = self.entry(path)?;
+        if !matches!(kind, EntryKind::Blob | EntryKind::BlobExecutable) {
+            return None;
+        }
+        let blob = self.repo.find_blob(id).ok()?;
+        (blob.data.len() as u64 <= max_bytes).then(|| blob.data.to_vec())
+    }
+
+    /// Whether `path` names a directory (a tree) in this commit.
+    pub fn is_dir(&self, path: &str) -> bool {
+        self.entry(path).is_some_and(|(kind, _)| kind == gix::object::tree::EntryKind::Tree)
+    }
+
+    /// The entry at `path`, following no symbolic link.
+    fn entry(&self, path: &str) -> Option<TreeEntry> {
+        use gix::object::tree::EntryKind;
+        let mut current = (EntryKind::Tree, self.root);
+        for component in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+            if component == ".." || current.0 != EntryKind::Tree {
+                return None;
+            }
+            current = self.entries(current.1)?.into_iter().find_map(|(name, kind, id)| {
+                (name == component.as_bytes()).then_some((kind, id))
+            })?;
+        }
+        Some(current)
+    }
+
+    /// The entries of tree `id`: name, kind, id.
+    fn entries(
+        &self,
+        id: ObjectId,
+    ) -> Option<Vec<(Vec<u8>, gix::object::tree::EntryKind, ObjectId)>> {
+        let tree = self.repo.find_tree(id).ok()?;
+        let decoded = tree.decode().ok()?;
+        Some(
+            decoded
+                .entries
+                .iter()
+                .map(|e| (e.filename.to_vec(), e.mode.kind(), e.oid.to_owned()))
+                .collect(),
+        )
+    }
+
+    /// Whether tree `id` holds only files and trees (no symbolic link or submodule) all the way
+    /// down.
+    fn self_contained(&self, id: ObjectId, depth: usize) -> bool {
+        use gix::object::tree::EntryKind;
+        if depth > MAX_TREE_DEPTH {
+            return false;
+        }
+        let Some(entries) = self.entries(id) else { return false };
+        entries.into_iter().all(|(_, kind, child)| match kind {
+            EntryKind::Blob | EntryKind::BlobExecutable => true,
+            EntryKind::Tree => self.self_contained(child, depth + 1),
+            EntryKind::Link | EntryKind::Commit => false,
+        })
+    }
 }
 
 /// Exclusive use of one key: in-process set membership plus the key's lock file.
@@ -557,4 +680,81 @@ fn write_tree(
         }
     }
     fs::set_permissions(dir, fs::Permissions::from_mode(0o555)).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    /// Run the real `git` with no user or system configuration; returns its trimmed stdout.
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let output = Command::new("git")
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(
+            output.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("utf-8").trim().to_owned()
+    }
+
+    /// Commit `files` in `work` and push to the bare repository at `repo`; returns the commit.
+    fn commit(work: &Path, repo: &Path, files: &[(&str, &str)]) -> String {
+        for (path, content) in files {
+            let file = work.join(path);
+            fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            fs::write(&file, content).expect("write");
+        }
+        git(work, &["add", "--all"]);
+        git(work, &["commit", "--quiet", "--allow-empty", "-m", "c"]);
+        git(work, &["push", "--quiet", &repo.to_string_lossy(), "HEAD:refs/heads/main"]);
+        git(work, &["rev-parse", "HEAD"])
+    }
+
+    #[test]
+    fn tree_ids_are_git_ids_that_move_only_with_their_content() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let repo = root.path().join("KEY/repo");
+        let work = root.path().join("work");
+        fs::create_dir_all(&repo).expect("mkdir");
+        fs::create_dir_all(&work).expect("mkdir");
+        git(&repo, &["init", "--quiet", "--bare"]);
+        git(&work, &["init", "--quiet"]);
+        std::os::unix::fs::symlink("../a/cm.yaml", work.join("link")).expect("symlink");
+        fs::create_dir_all(work.join("apps/linked")).expect("mkdir");
+        std::os::unix::fs::symlink("../a/cm.yaml", work.join("apps/linked/cm.yaml"))
+            .expect("symlink");
+        let first =
+            commit(&work, &repo, &[("apps/a/cm.yaml", "a: 1\n"), ("apps/b/cm.yaml", "b: 1\n")]);
+        let ids = TreeIds::of_checkout(&root.path().join("KEY/trees").join(&first)).expect("opens");
+        let a = ids.id("apps/a").expect("a tree");
+        assert_eq!(a, git(&work, &["rev-parse", "HEAD:apps/a"]), "the Git tree id");
+        assert_eq!(ids.id("./apps/a/"), Some(a.clone()), "spelled differently, the same path");
+        assert_eq!(
+            ids.id("apps/a/cm.yaml"),
+            Some(git(&work, &["rev-parse", "HEAD:apps/a/cm.yaml"]))
+        );
+        assert_eq!(ids.file("apps/a/cm.yaml", 100), Some(b"a: 1\n".to_vec()));
+        assert_eq!(ids.file("apps/a/cm.yaml", 2), None, "larger than the bound");
+        assert!(ids.is_dir("apps/a") && !ids.is_dir("apps/a/cm.yaml"));
+        for uncovered in ["apps/linked", "apps", ".", "link", "apps/../apps/a", "apps/none"] {
+            assert_eq!(ids.id(uncovered), None, "{uncovered}: a link, a climb or missing");
+        }
+        let second = commit(&work, &repo, &[("apps/b/cm.yaml", "b: 2\n")]);
+        let later =
+            TreeIds::of_checkout(&root.path().join("KEY/trees").join(&second)).expect("opens");
+        assert_eq!(later.id("apps/a"), Some(a), "an untouched folder keeps its id");
+        assert_ne!(later.id("apps/b"), ids.id("apps/b"), "a changed folder gets a new id");
+        assert!(TreeIds::of_checkout(&root.path().join("KEY/other").join(&second)).is_none());
+        assert!(TreeIds::of_checkout(&root.path().join("KEY/trees/main")).is_none());
+    }
 }
