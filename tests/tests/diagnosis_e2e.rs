@@ -529,3 +529,92 @@ async fn a_secret_value_in_a_pod_event_never_reaches_the_diagnosis() -> Result<(
     assert!(!everything.contains(CANARY), "the Secret value leaked");
     Ok(())
 }
+
+/// A TLS admission webhook that denies every Pod (its CA is fresh), on a free loopback port.
+async fn pod_denier() -> Result<(String, String, axum_server::Handle<std::net::SocketAddr>)> {
+    use axum::Json;
+    use base64::Engine as _;
+    kuvryn_sync_runtime::tls::install_crypto_provider();
+    let certs = kuvryn_sync_certs::generate(&kuvryn_sync_certs::CertRequest {
+        dns_names: vec!["localhost".into()],
+        ip_addresses: vec!["127.0.0.1".parse()?],
+        validity_days: 1,
+    })?;
+    let app = axum::Router::new().route(
+        "/validate",
+        axum::routing::post(|Json(review): Json<Value>| async move {
+            Json(json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {"uid": review["request"]["uid"], "allowed": false,
+                    "status": {"code": 403, "reason": "Forbidden",
+                               "message": "pods need an approved image"}}}))
+        }),
+    );
+    let tls = axum_server::tls_rustls::RustlsConfig::from_pem(
+        certs.cert_pem.clone().into_bytes(),
+        certs.key_pem.clone().into_bytes(),
+    )
+    .await?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let address = listener.local_addr()?;
+    let handle = axum_server::Handle::new();
+    let server = axum_server::from_tcp_rustls(listener, tls)?.handle(handle.clone());
+    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    handle.listening().await;
+    let ca = base64::engine::general_purpose::STANDARD.encode(&certs.ca_cert_pem);
+    Ok((format!("https://{address}/validate"), ca, handle))
+}
+
+/// Pods that an admission webhook refuses: the ReplicaSet's FailedCreate names the webhook, and
+/// the diagnosis says AdmissionRefused at the workload that cannot create its Pods; it clears once
+/// the webhook is gone and the Pods run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_refused_by_an_admission_webhook_are_diagnosed_as_admission_refused() -> Result<()> {
+    let env = env_with_workloads("diagnose-admission", true).await?;
+    let ns = env.namespace.clone();
+    env.grant("apps", &["deployments", "replicasets"]).await?;
+    env.grant("", &["pods", "events"]).await?;
+    let (url, ca, _server) = pod_denier().await?;
+    let resource = kube::discovery::ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: "ValidatingWebhookConfiguration".into(),
+        plural: "validatingwebhookconfigurations".into(),
+    };
+    let configs: Api<DynamicObject> = Api::all_with(env.cluster.client(), &resource);
+    let name = format!("{ns}-pod-denier");
+    let config = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{"name": "deny-pods.example.com", "admissionReviewVersions": ["v1"],
+            "sideEffects": "None", "failurePolicy": "Fail",
+            "clientConfig": {"url": url, "caBundle": ca},
+            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                       "resources": ["pods"]}],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}],
+    });
+    configs.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&config)).await?;
+    env.push(
+        &[("apps/gated/deploy.yaml", deployment("gated", json!({}), json!({})))],
+        "a Deployment whose Pods are refused",
+    )
+    .await?;
+    env.create_app("gated", "apps/gated", json!({"health": {"timeout": "10m"}})).await?;
+    let found = wait_diagnosis(&env, "gated", "AdmissionRefused").await?;
+    assert!(found.message.contains("deny-pods.example.com"), "{found:?}");
+    let first = found.chain.first().map(|r| (r.kind.as_str(), r.name.as_str()));
+    assert_eq!(first, Some(("Deployment", "gated")), "{found:?}");
+    assert!(
+        matches!(found.resource.kind.as_str(), "ReplicaSet" | "Deployment"),
+        "rooted at the workload that cannot create Pods: {found:?}"
+    );
+    env.wait_event("gated", "Diagnosed").await?;
+    // Without the webhook the Pods are created, the Deployment becomes Healthy, and the
+    // diagnosis clears.
+    configs.delete(&name, &Default::default()).await?;
+    env.wait_ready("gated", "True", "Healthy").await?;
+    let app = env.api::<Application>().get("gated").await?;
+    assert!(app.status.map(|s| s.diagnosis.is_empty()).unwrap_or(false), "diagnosis cleared");
+    Ok(())
+}
