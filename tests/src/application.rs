@@ -147,6 +147,45 @@ impl Env {
         Ok(())
     }
 
+    /// A namespaced custom kind for this test: group `<namespace>.example.com`, version `v1`,
+    /// any fields, a status subresource; the deployer may manage CRDs and the kind. The CRD is
+    /// returned to be put in Git beside objects of the kind.
+    pub async fn custom_kind(&self, kind: &str, plural: &str) -> Result<CustomKind> {
+        let ns = &self.namespace;
+        let group = format!("{ns}.example.com");
+        apply_cluster_rbac(
+            &self.cluster.client(),
+            &[
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": format!("{ns}-{plural}")},
+                    "rules": [{"apiGroups": ["apiextensions.k8s.io"],
+                               "resources": ["customresourcedefinitions"], "verbs": ["*"]},
+                              {"apiGroups": [group], "resources": [plural], "verbs": ["*"]}]}),
+                cluster_binding(ns, &format!("{ns}-{plural}")),
+            ],
+        )
+        .await?;
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"plural": plural, "singular": kind.to_lowercase(), "kind": kind,
+                               "listKind": format!("{kind}List")},
+                     "versions": [{"name": "v1", "served": true, "storage": true,
+                                   "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                       "x-kubernetes-preserve-unknown-fields": true}}}]},
+        });
+        let resource = kube::api::ApiResource {
+            group: group.clone(),
+            version: "v1".into(),
+            api_version: format!("{group}/v1"),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        Ok(CustomKind { group, crd, resource })
+    }
+
     /// Wait until `name`'s Ready condition has `status` and `reason`; returns its message.
     pub async fn wait_ready(&self, name: &str, status: &str, reason: &str) -> Result<String> {
         let app = self
@@ -388,4 +427,15 @@ pub fn managers(object: &impl kube::Resource) -> Vec<String> {
 
 pub fn revision_annotation(object: &impl kube::Resource) -> Option<String> {
     object.meta().annotations.as_ref()?.get(keys::REVISION).cloned()
+}
+
+/// What [`Env::custom_kind`] made.
+#[derive(Debug, Clone)]
+pub struct CustomKind {
+    /// `<namespace>.example.com`.
+    pub group: String,
+    /// The CustomResourceDefinition, to commit to Git.
+    pub crd: Value,
+    /// For clients of the kind.
+    pub resource: kube::api::ApiResource,
 }

@@ -16,9 +16,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ResourceQuota, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::{Application, Diagnosis, HealthCheck, keys};
-use kuvryn_sync_tests::application::{
-    Env, apply_cluster_rbac, cluster_binding, env_with_workloads,
-};
+use kuvryn_sync_tests::application::{Env, env_with_workloads};
 use kuvryn_sync_tests::cluster::wait_for;
 use serde_json::{Value, json};
 
@@ -371,20 +369,9 @@ async fn a_failing_pre_sync_hook_is_diagnosed_at_its_job() -> Result<()> {
 async fn a_health_check_rule_saying_degraded_is_diagnosed_at_the_custom_resource() -> Result<()> {
     let env = env_with_workloads("diag-rule", true).await?;
     let ns = env.namespace.clone();
-    let group = format!("{ns}.example.com");
+    let gadgets = env.custom_kind("Gadget", "gadgets").await?;
+    let group = gadgets.group.clone();
     let admin = env.cluster.client();
-    apply_cluster_rbac(
-        &admin,
-        &[
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": format!("{ns}-crds")},
-                "rules": [{"apiGroups": ["apiextensions.k8s.io"],
-                           "resources": ["customresourcedefinitions"], "verbs": ["*"]},
-                          {"apiGroups": [group], "resources": ["gadgets"], "verbs": ["*"]}]}),
-            cluster_binding(&ns, &format!("{ns}-crds")),
-        ],
-    )
-    .await?;
     env.grant("", &["events"]).await?;
     let check: HealthCheck = serde_json::from_value(json!({
         "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
@@ -398,17 +385,7 @@ async fn a_health_check_rule_saying_degraded_is_diagnosed_at_the_custom_resource
         ]},
     }))?;
     Api::<HealthCheck>::all(admin.clone()).create(&PostParams::default(), &check).await?;
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("gadgets.{group}")},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget",
-                           "listKind": "GadgetList"},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                   "x-kubernetes-preserve-unknown-fields": true}}}]},
-    });
+    let crd = gadgets.crd.clone();
     let gadget = json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget",
         "metadata": {"name": "cog"}, "spec": {"size": 1}});
     let commit = env
@@ -423,13 +400,7 @@ async fn a_health_check_rule_saying_degraded_is_diagnosed_at_the_custom_resource
     env.create_app("gadgets", "apps/g", json!({"health": {"timeout": "10m"}})).await?;
     env.wait_synced("gadgets", &commit).await?;
 
-    let resource = kube::api::ApiResource {
-        group: group.clone(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "Gadget".into(),
-        plural: "gadgets".into(),
-    };
+    let resource = gadgets.resource.clone();
     let gadgets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &resource);
     let set_phase = |phase: &'static str| {
         let gadgets = gadgets.clone();

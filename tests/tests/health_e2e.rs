@@ -6,27 +6,16 @@
 use anyhow::Result;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::HealthCheck;
-use kuvryn_sync_tests::application::{apply_cluster_rbac, cluster_binding, env};
+use kuvryn_sync_tests::application::env;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_check_rules_decide_a_custom_kinds_health() -> Result<()> {
     let env = env("health", true).await?;
     let ns = env.namespace.clone();
-    let group = format!("{ns}.example.com");
+    let widgets_kind = env.custom_kind("Widget", "widgets").await?;
+    let group = widgets_kind.group.clone();
     let admin = env.cluster.client();
-    apply_cluster_rbac(
-        &admin,
-        &[
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                "metadata": {"name": format!("{ns}-crds")},
-                "rules": [{"apiGroups": ["apiextensions.k8s.io"],
-                           "resources": ["customresourcedefinitions"], "verbs": ["*"]},
-                          {"apiGroups": [group], "resources": ["widgets"], "verbs": ["*"]}]}),
-            cluster_binding(&ns, &format!("{ns}-crds")),
-        ],
-    )
-    .await?;
     let health_checks = Api::<HealthCheck>::all(admin.clone());
     let check = |name: &str, rules: serde_json::Value| -> Result<HealthCheck> {
         Ok(serde_json::from_value(json!({
@@ -51,17 +40,7 @@ async fn health_check_rules_decide_a_custom_kinds_health() -> Result<()> {
         )
         .await?;
 
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": format!("widgets.{group}")},
-        "spec": {"group": group, "scope": "Namespaced",
-                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget",
-                           "listKind": "WidgetList"},
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object",
-                                   "x-kubernetes-preserve-unknown-fields": true}}}]},
-    });
+    let crd = widgets_kind.crd.clone();
     let widget = |size: u32| {
         json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
                "metadata": {"name": "gear"}, "spec": {"size": size}})
@@ -85,13 +64,7 @@ async fn health_check_rules_decide_a_custom_kinds_health() -> Result<()> {
     })
     .await?;
 
-    let resource = kube::api::ApiResource {
-        group: group.clone(),
-        version: "v1".into(),
-        api_version: format!("{group}/v1"),
-        kind: "Widget".into(),
-        plural: "widgets".into(),
-    };
+    let resource = widgets_kind.resource.clone();
     let widgets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &resource);
     let set_phase = |phase: &'static str| {
         let widgets = widgets.clone();

@@ -433,8 +433,21 @@ pub fn wait_for_dependencies(
 /// `decision` with `DependenciesReady` set to `condition`, or removed when `None` (an
 /// Application without `spec.dependsOn` has no such condition).
 pub fn with_dependencies(
+    decision: Decision,
+    app: &Application,
+    condition: Option<NewCondition<'_>>,
+    now: &Time,
+) -> Decision {
+    with_optional_condition(decision, app, ConditionType::DependenciesReady, condition, now)
+}
+
+/// `decision` with the condition `type_` set to `condition`, or removed when `None`: for the
+/// conditions present only when the spec asks for them (`DependenciesReady`,
+/// `NotificationsReady`). The status is written only when this or the decision changed it.
+pub fn with_optional_condition(
     mut decision: Decision,
     app: &Application,
+    type_: ConditionType,
     condition: Option<NewCondition<'_>>,
     now: &Time,
 ) -> Decision {
@@ -445,7 +458,7 @@ pub fn with_dependencies(
             conditions::set(&mut status.conditions, condition, now);
         }
         None => {
-            conditions::remove(&mut status.conditions, ConditionType::DependenciesReady);
+            conditions::remove(&mut status.conditions, type_);
         }
     }
     if decision.status.is_some() || status != current {

@@ -23,7 +23,7 @@ use kuvryn_sync_api::{
 };
 use sha2::Sha256;
 
-use crate::conditions::{self, NewCondition, Status};
+use crate::conditions::{NewCondition, Status};
 use crate::redact::Redactor;
 
 /// The header carrying a webhook body's signature.
@@ -368,25 +368,18 @@ pub fn condition(app: &Application, problems: &[String]) -> Option<NewCondition<
 /// Set (or remove) `NotificationsReady` in `decision`'s status, like
 /// [`crate::application::with_dependencies`] does for `DependenciesReady`.
 pub fn with_notifications(
-    mut decision: crate::application::Decision,
+    decision: crate::application::Decision,
     app: &Application,
     condition: Option<NewCondition<'_>>,
     now: &Time,
 ) -> crate::application::Decision {
-    let current = app.status.clone().unwrap_or_default();
-    let mut status = decision.status.clone().unwrap_or_else(|| current.clone());
-    match condition {
-        Some(condition) => {
-            conditions::set(&mut status.conditions, condition, now);
-        }
-        None => {
-            conditions::remove(&mut status.conditions, ConditionType::NotificationsReady);
-        }
-    }
-    if decision.status.is_some() || status != current {
-        decision.status = Some(status);
-    }
-    decision
+    crate::application::with_optional_condition(
+        decision,
+        app,
+        ConditionType::NotificationsReady,
+        condition,
+        now,
+    )
 }
 
 #[cfg(test)]
