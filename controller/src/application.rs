@@ -315,7 +315,12 @@ async fn sync_application(
         } = &outcome
         {
             let found = diagnose_failed_hook(&app, &namespace, planned, hook, &redactor, ctx).await;
-            settled.events.extend(diagnosed_event(&found));
+            if !found.is_empty() {
+                settled.events.push((
+                    kuvryn_sync_api::EventReason::Diagnosed,
+                    kuvryn_sync_core::application::diagnosed_message(&found),
+                ));
+            }
             settled.status.diagnosis = found;
         }
         let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
@@ -832,26 +837,6 @@ async fn diagnose_failed_hook(
     let live = std::collections::BTreeMap::from([(hook.clone(), live)]);
     diagnose::diagnose(&client, &ctx.kinds, &planned.desired.objects, &live, &health, redactor)
         .await
-}
-
-/// The `Diagnosed` Event for a failed hook's diagnosis (worded like the rollout's).
-fn diagnosed_event(
-    found: &[kuvryn_sync_api::Diagnosis],
-) -> Option<(kuvryn_sync_api::EventReason, String)> {
-    if found.is_empty() {
-        return None;
-    }
-    let causes: Vec<String> = found
-        .iter()
-        .map(|d| {
-            format!(
-                "{} ({} {}/{})",
-                d.reason, d.resource.kind, d.resource.namespace, d.resource.name
-            )
-        })
-        .collect();
-    let message = format!("{} root cause(s): {}", causes.len(), causes.join("; "));
-    Some((kuvryn_sync_api::EventReason::Diagnosed, message))
 }
 
 /// Wait until every object of a group is Healthy (or Suspended), reading it as the service

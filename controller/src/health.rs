@@ -66,7 +66,7 @@ impl HealthRules {
             .collect();
         versions.sort();
         let mut compiled = self.compiled.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if compiled.0 != versions || (versions.is_empty() && compiled.0.is_empty()) {
+        if compiled.0 != versions {
             let specs: Vec<(String, &kuvryn_sync_api::HealthCheckSpec)> = checks
                 .iter()
                 .map(|c| (c.metadata.name.clone().unwrap_or_default(), &c.spec))

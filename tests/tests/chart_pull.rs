@@ -7,14 +7,13 @@
 //! one fails with instructions; nothing is skipped.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use kuvryn_sync_api::FailureReason;
 use kuvryn_sync_source::chart::{
     ChartCredentials, ChartPull, ChartPullError, ChartPuller, PullOptions,
 };
-use kuvryn_sync_tests::helm::libhelm;
+use kuvryn_sync_tests::charts;
 use kuvryn_sync_tests::servers::registry::{HttpsFiles, OciRegistry};
 use secrecy::SecretString;
 
@@ -22,59 +21,6 @@ const USER: &str = "charts";
 const PASSWORD: &str = "canary-pw-3c9a-chart-pull";
 const CHART: &str = "pulled";
 const VERSION: &str = "1.2.3";
-
-/// `ksync-helm-publish`, next to this test executable.
-fn publish_tool() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    exe.ancestors()
-        .skip(1)
-        .take(2)
-        .map(|d| d.join("ksync-helm-publish"))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("ksync-helm-publish is missing next to {exe:?}: run `cargo build -p kuvryn-sync-helm`"))
-}
-
-/// Runs one publish request with the Helm engine trusting the system CAs and `ca_pem`.
-fn publish(request: serde_json::Value, ca_pem: &str) -> Result<String> {
-    let home = tempfile::tempdir()?;
-    let h = home.path();
-    for dir in ["config", "cache", "data"] {
-        std::fs::create_dir(h.join(dir))?;
-    }
-    let mut bundle =
-        std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
-    bundle.push('\n');
-    bundle.push_str(ca_pem);
-    std::fs::write(h.join("ca-bundle.pem"), bundle)?;
-    let mut child = Command::new(publish_tool())
-        .env_clear()
-        .env("SSL_CERT_FILE", h.join("ca-bundle.pem"))
-        .env("HELM_CONFIG_HOME", h.join("config"))
-        .env("HELM_CACHE_HOME", h.join("cache"))
-        .env("HELM_DATA_HOME", h.join("data"))
-        .env("HOME", h)
-        .env("TMPDIR", h)
-        .env("KSYNC_LIBHELM", libhelm())
-        .current_dir(h)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting ksync-helm-publish")?;
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().context("stdin")?;
-        stdin.write_all(request.to_string().as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    let answer: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
-        format!("publish answered no JSON: {}", String::from_utf8_lossy(&out.stderr))
-    })?;
-    match (out.status.success(), answer["ok"].as_str()) {
-        (true, Some(ok)) => Ok(ok.to_owned()),
-        _ => bail!("publish failed: {answer}"),
-    }
-}
 
 /// Writes this test's chart and packages it with the Helm engine into `dest`; returns the archive.
 fn package_chart(dest: &Path) -> Result<PathBuf> {
@@ -91,18 +37,13 @@ fn package_chart(dest: &Path) -> Result<PathBuf> {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}\ndata:\n  greeting: {{ .Values.greeting }}\n",
     )?;
     std::fs::create_dir_all(dest)?;
-    let archive =
-        publish(serde_json::json!({"op": "package", "chart": chart, "destination": dest}), "")?;
+    let archive = charts::publish(
+        &serde_json::json!({"op": "package", "chart": chart, "destination": dest}),
+        "",
+    )?;
     let archive = PathBuf::from(archive.trim());
     assert!(archive.is_file(), "{archive:?}");
     Ok(archive)
-}
-
-/// `sha256:<hex>` of a file by the `sha256sum` tool (independent of the code under test).
-fn sha256sum(path: &Path) -> String {
-    let out = Command::new("sha256sum").arg(path).output().expect("sha256sum");
-    let text = String::from_utf8_lossy(&out.stdout);
-    format!("sha256:{}", text.split_whitespace().next().expect("hash"))
 }
 
 fn puller(cache: &Path, ca_pem: &str) -> ChartPuller {
@@ -136,10 +77,10 @@ fn pulls_from_an_https_helm_repository_with_basic_auth_and_caches_by_digest() ->
     let server = HttpsFiles::start(USER, PASSWORD)?;
     let archive = package_chart(server.root())?;
     // The index names the archive relatively, as `helm repo index` does without a base URL.
-    publish(serde_json::json!({"op": "index", "dir": server.root()}), "")?;
+    charts::publish(&serde_json::json!({"op": "index", "dir": server.root()}), "")?;
     let index = std::fs::read_to_string(server.root().join("index.yaml"))?;
     assert!(index.contains(&format!("{CHART}-{VERSION}.tgz")), "{index}");
-    let expected = sha256sum(&archive);
+    let expected = charts::sha256_digest(&archive)?;
 
     let cache = tempfile::tempdir()?;
     let repository = server.url("");
@@ -186,7 +127,10 @@ fn pulls_from_an_https_helm_repository_with_basic_auth_and_caches_by_digest() ->
     std::fs::create_dir_all(&cross)?;
     std::fs::copy(&archive, cross.join(archive.file_name().context("name")?))?;
     let other_origin = format!("https://localhost:{}/cross", server.port);
-    publish(serde_json::json!({"op": "index", "dir": cross, "baseUrl": other_origin}), "")?;
+    charts::publish(
+        &serde_json::json!({"op": "index", "dir": cross, "baseUrl": other_origin}),
+        "",
+    )?;
     let err = puller(cache.path(), &server.ca_pem)
         .pull(&pull_request(&server.url("cross"), VERSION, Some(PASSWORD)))
         .expect_err("credentials withheld from another origin");
@@ -221,8 +165,8 @@ fn pulls_a_chart_pushed_by_helm_to_an_oci_registry() -> Result<()> {
     let registry = OciRegistry::start(USER, PASSWORD)?;
     let work = tempfile::tempdir()?;
     let archive = package_chart(work.path())?;
-    let pushed = publish(
-        serde_json::json!({
+    let pushed = charts::publish(
+        &serde_json::json!({
             "op": "push", "archive": archive, "remote": registry.oci_url("team/charts"),
             "host": registry.host(), "username": USER, "password": PASSWORD,
         }),
@@ -231,7 +175,7 @@ fn pulls_a_chart_pushed_by_helm_to_an_oci_registry() -> Result<()> {
     .with_context(|| registry.log_text())?;
     // Helm answers `{"output": ""}`; the pull below proves what was pushed.
     assert!(pushed.contains("output"), "{pushed}");
-    let expected = sha256sum(&archive);
+    let expected = charts::sha256_digest(&archive)?;
 
     let cache = tempfile::tempdir()?;
     let repository = registry.oci_url("team/charts");

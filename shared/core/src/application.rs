@@ -817,8 +817,8 @@ fn set_health(
     }
 }
 
-/// `Diagnosed`: each root cause in a few words.
-fn diagnosed_message(diagnosis: &[Diagnosis]) -> String {
+/// The `Diagnosed` Event's message: each root cause in a few words.
+pub fn diagnosed_message(diagnosis: &[Diagnosis]) -> String {
     let causes: Vec<String> = diagnosis
         .iter()
         .map(|d| {
