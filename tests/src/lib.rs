@@ -8,5 +8,6 @@ pub mod cluster;
 pub mod helm;
 pub mod process_tree;
 pub mod receiver;
+pub mod registry;
 pub mod servers;
 pub mod webhook;

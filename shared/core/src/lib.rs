@@ -43,6 +43,8 @@ pub mod field_manager;
 pub mod health_rules;
 pub mod helm_values;
 pub mod history;
+pub mod image_policy;
+pub mod image_update;
 pub mod inventory;
 pub mod kstatus;
 pub mod notify;

@@ -26,6 +26,7 @@
 //! containment checks, submodules as empty directories.
 
 mod fetch;
+mod push;
 mod ssh;
 mod store;
 
@@ -37,6 +38,7 @@ use std::{
 use kuvryn_sync_api::FailureReason;
 use kuvryn_sync_core::redact::Redactor;
 
+pub use push::{PushError, PushOutcome, PushRequest, push_update};
 pub use store::{CacheStats, CheckedOutTree, GitCache, TreeIds};
 
 /// Credentials for a Git remote: the form [`kuvryn_sync_core::credentials`] parses from a labelled Secret.

@@ -9,4 +9,5 @@
 
 pub mod chart;
 pub mod git;
+pub mod registry;
 pub mod tree;
