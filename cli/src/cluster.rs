@@ -28,6 +28,13 @@ pub struct KubeArgs {
     /// List Applications of every namespace (`status` only).
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
+    /// Act as this user (impersonation, as kubectl's --as): approvals and rollbacks are
+    /// recorded under that name.
+    #[arg(long = "as", global = true, value_name = "USER")]
+    pub as_user: Option<String>,
+    /// Act with this group too (repeatable, with --as).
+    #[arg(long = "as-group", global = true, value_name = "GROUP")]
+    pub as_groups: Vec<String>,
 }
 
 /// A connected client and the namespace the command works in.
@@ -69,6 +76,14 @@ pub async fn connect(args: &KubeArgs) -> Result<Cluster> {
             }
         },
     };
+    let mut config = config;
+    if let Some(user) = &args.as_user {
+        config.auth_info.impersonate = Some(user.clone());
+        config.auth_info.impersonate_groups =
+            (!args.as_groups.is_empty()).then(|| args.as_groups.clone());
+    } else if !args.as_groups.is_empty() {
+        anyhow::bail!("--as-group needs --as USER: impersonating groups needs a user too");
+    }
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
     let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
     Ok(Cluster { client, namespace, all_namespaces: args.all_namespaces })

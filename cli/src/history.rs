@@ -1,13 +1,13 @@
 //! `ksync history APP`: the Application's Revisions, newest first, with attempts, approval
-//! records and timing.
+//! records, timing, and what rollbacks did (held, rolled back, rollback target, and who asked).
 
 use anyhow::Result;
-use kuvryn_sync_api::Revision;
+use kuvryn_sync_api::{Revision, keys};
 
 use crate::Outcome;
 use crate::cluster::Cluster;
 use crate::output::{self, OutputArgs, short_commit, table, timestamp};
-use crate::revisions::{name, phase};
+use crate::revisions::{name, phase, rollback_note};
 
 /// `ksync history` arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -20,19 +20,20 @@ pub struct HistoryArgs {
 
 /// Run `ksync history`.
 pub async fn run(cluster: &Cluster, args: &HistoryArgs) -> Result<Outcome> {
-    cluster.application(&args.app).await?;
+    let app = cluster.application(&args.app).await?;
     let revisions = cluster.revisions(&args.app).await?;
+    let held = app.metadata.annotations.as_ref().and_then(|a| a.get(keys::ROLLBACK_FROM)).cloned();
     let text = match args.output.format {
         Some(format) => output::structured(format, &revisions)?,
         None if revisions.is_empty() => format!("{} has no Revision yet.\n", args.app),
-        None => history_table(&revisions),
+        None => history_table(&revisions, held.as_deref()),
     };
     output::print(&text)?;
     Ok(Outcome::Done)
 }
 
-/// One row per Revision, in the order given.
-pub fn history_table(revisions: &[Revision]) -> String {
+/// One row per Revision, in the order given; `held` is the commit a rollback holds.
+pub fn history_table(revisions: &[Revision], held: Option<&str>) -> String {
     let rows: Vec<Vec<String>> = revisions
         .iter()
         .map(|r| {
@@ -50,6 +51,7 @@ pub fn history_table(revisions: &[Revision]) -> String {
                 at,
                 timestamp(status.started_at.as_ref()),
                 timestamp(status.completed_at.as_ref()),
+                rollback_note(r, held),
             ]
         })
         .collect();
@@ -63,6 +65,7 @@ pub fn history_table(revisions: &[Revision]) -> String {
             "APPROVED-AT",
             "STARTED",
             "COMPLETED",
+            "ROLLBACK",
         ],
         &rows,
     )
@@ -98,7 +101,28 @@ mod tests {
         }
         let pending =
             crate::revisions::tests::revision("web-1", "0123456789abcdef", 900, None, None);
-        let text = history_table(&[approved, pending]);
+        let mut held = crate::revisions::tests::revision(
+            "web-0",
+            "1111111111111111",
+            800,
+            Some(RevisionPhase::Failed),
+            None,
+        );
+        held.metadata.annotations =
+            Some([(keys::ROLLBACK_REQUESTED_BY.to_owned(), "bob".to_owned())].into());
+        if let Some(status) = held.status.as_mut() {
+            status.conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: "RolledBack".into(),
+                status: "True".into(),
+                reason: "ManualRollback".into(),
+                message: "rolled back".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2026-12-01T11:00:00Z".parse().expect("time"),
+                ),
+                observed_generation: None,
+            });
+        }
+        let text = history_table(&[approved, pending, held.clone()], Some("1111111111111111"));
         let rows: Vec<Vec<&str>> = text.lines().map(|l| l.split_whitespace().collect()).collect();
         assert_eq!(
             rows[1],
@@ -110,9 +134,13 @@ mod tests {
                 "alice",
                 "2026-12-01T10:00:00Z",
                 "2026-12-01T10:00:00Z",
+                "-",
                 "-"
             ]
         );
-        assert_eq!(rows[2], ["web-1", "-", "0123456789ab", "0", "-", "-", "-", "-"]);
+        assert_eq!(rows[2], ["web-1", "-", "0123456789ab", "0", "-", "-", "-", "-", "-"]);
+        assert_eq!(&rows[3][8..], ["held", "(by", "bob)"], "the held commit's Revision");
+        let later = history_table(&[held], None);
+        assert!(later.contains("rolled back (by bob)"), "once the hold ended: {later}");
     }
 }

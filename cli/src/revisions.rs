@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use kuvryn_sync_api::{Revision, RevisionPhase};
+use kuvryn_sync_api::{Application, Revision, RevisionPhase, keys};
 
 /// The phase of `revision`, when the controller has written one.
 pub fn phase(revision: &Revision) -> Option<RevisionPhase> {
@@ -83,6 +83,76 @@ pub fn find<'a>(revisions: &'a [Revision], query: &str) -> Option<&'a Revision> 
             .flatten()
     })
 }
+
+/// The hold a completed rollback keeps on `app`, for `ksync status`: what is held, since when,
+/// and how it ends. `None` when nothing is held.
+pub fn hold_summary(app: &Application, all: &[Revision]) -> Option<String> {
+    let annotations = app.metadata.annotations.clone().unwrap_or_default();
+    let held = annotations.get(keys::ROLLBACK_FROM).filter(|h| !h.is_empty())?;
+    let app_name = app.metadata.name.as_deref().unwrap_or_default();
+    let marked: Vec<&Revision> = all
+        .iter()
+        .filter(|r| r.spec.source.revision == *held && rolled_back_condition(r).is_some())
+        .collect();
+    let short = crate::output::short_commit(Some(held));
+    let Some(first) = marked.first() else {
+        return Some(format!(
+            "  {:<10} a rollback from commit {short} is in progress\n",
+            "Rollback:"
+        ));
+    };
+    let condition = rolled_back_condition(first)?;
+    let since = crate::output::timestamp(Some(&condition.last_transition_time));
+    let by = first
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::ROLLBACK_REQUESTED_BY))
+        .map_or_else(|| "-".to_owned(), Clone::clone);
+    Some(format!(
+        "  {:<10} commit {short} is held since {since} (rollback requested by {by}); it is not \
+         deployed again until a new commit arrives, or lift the hold with `ksync rollback \
+         {app_name} --to {}`\n",
+        "Held:",
+        name(first)
+    ))
+}
+
+/// A Revision's `RolledBack=True` condition, if it carries one.
+pub fn rolled_back_condition(
+    revision: &Revision,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    revision
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "RolledBack" && c.status == "True")
+}
+
+/// What a rollback did to `revision`, for `ksync history`: `held` or `rolled back` with who
+/// requested it, `rollback target` for one a rollback ran to, else `-`.
+pub fn rollback_note(revision: &Revision, held: Option<&str>) -> String {
+    let by = revision
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::ROLLBACK_REQUESTED_BY))
+        .map_or("-", String::as_str);
+    if rolled_back_condition(revision).is_some() {
+        let state = if held == Some(revision.spec.source.revision.as_str()) {
+            "held"
+        } else {
+            "rolled back"
+        };
+        return format!("{state} (by {by})");
+    }
+    let ran = revision.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(RUN));
+    if ran { format!("rollback target (by {by})") } else { "-".to_owned() }
+}
+
+/// Annotation on a Revision a rollback ran to (the controller's `core::rollback::RUN`).
+const RUN: &str = "sync.kuvryn.io/rollback-run";
 
 #[cfg(test)]
 pub mod tests {

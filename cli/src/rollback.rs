@@ -1,6 +1,9 @@
 //! `ksync rollback APP [--to REVISION]`: request a manual rollback by setting
 //! `rollback-revision`, `rollback-target-revision` and `rollback-kind: manual` in one patch. The
-//! webhook checks the target and records who asked; the controller rolls back.
+//! webhook checks the target and records who asked; the controller rolls back. The target's
+//! plan is shown first, and the request needs `--yes` or a `y` on the terminal.
+
+use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Context, Result};
 use kuvryn_sync_api::{Revision, keys};
@@ -20,6 +23,9 @@ pub struct RollbackArgs {
     /// (default: the newest Healthy Revision of another commit than the deployed one).
     #[arg(long = "to", value_name = "REVISION")]
     pub to: Option<String>,
+    /// Request the rollback without asking (needed when standard input is not a terminal).
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// The rollback target, or why there is none.
@@ -69,6 +75,31 @@ pub async fn run(cluster: &Cluster, args: &RollbackArgs) -> Result<Outcome> {
     let all = cluster.revisions(&args.app).await?;
     let deployed = app.status.as_ref().and_then(|s| s.deployed_revision.as_deref());
     let target = choose_target(&args.app, &all, deployed, args.to.as_deref())?;
+    // The target's plan first: what its last rollout changed, the desired state it returns to.
+    if let Some(plan) = target.status.as_ref().and_then(|s| s.plan.as_ref()) {
+        output::print(&crate::plan::describe(target, plan, crate::output::Style::for_stdout()))?;
+    }
+    match crate::sync::consent(args.yes, std::io::stdin().is_terminal()) {
+        crate::sync::Consent::Given => {}
+        crate::sync::Consent::Refuse => {
+            return Err(Refused(format!(
+                "no rollback requested: standard input is not a terminal to ask on; pass --yes \
+                 to roll {} back to Revision {}",
+                args.app,
+                name(target)
+            ))
+            .into());
+        }
+        crate::sync::Consent::Ask => {
+            print!("Roll {} back to Revision {}? [y/N] ", args.app, name(target));
+            std::io::stdout().flush()?;
+            let mut answer = String::new();
+            std::io::stdin().lock().read_line(&mut answer)?;
+            if !crate::sync::approves(&answer) {
+                return Err(Refused("no rollback requested; nothing was changed".to_owned()).into());
+            }
+        }
+    }
     cluster
         .annotate(&cluster.applications(), &args.app, rollback_annotations(target))
         .await

@@ -130,6 +130,9 @@ pub fn application_detail(app: &Application, revisions: &[Revision], now: Timest
     for (label, value) in lines {
         out.push_str(&format!("  {:<10} {value}\n", format!("{label}:")));
     }
+    if let Some(hold) = crate::revisions::hold_summary(app, revisions) {
+        out.push_str(&hold);
+    }
     out.push_str("\nRevisions (newest first):\n");
     if revisions.is_empty() {
         out.push_str("  none yet\n");

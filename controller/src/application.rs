@@ -42,16 +42,16 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
-    Application, ApplicationStatus, CONTROLLER_NAME, FailureReason, HealthState, PlanAction,
-    Repository, Revision, RevisionStatus,
+    Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthState,
+    PlanAction, Repository, Revision, RevisionPhase, RevisionStatus, keys,
 };
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_core::application::{
-    Decision, Observation, Planned, Step, SyncOutcome, cancel_superseded, decide,
-    learn_secret_values, previous_healthy, revision_name, settle, wait_for_dependencies,
-    with_dependencies,
+    Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
+    cancel_superseded, decide, learn_secret_values, previous_healthy, revision_name, run_for,
+    settle, wait_for_dependencies, with_course, with_dependencies,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
@@ -61,11 +61,12 @@ use kuvryn_sync_core::order::apply_groups;
 use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
+use kuvryn_sync_core::rollback::{self, Course};
 use kuvryn_sync_core::rollout::{self, ObjectHealth};
 use kuvryn_sync_core::{dependencies, field_manager, history, inventory};
 use kuvryn_sync_runtime::events;
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
-use kuvryn_sync_source::git::{CheckedOutTree, GitCache};
+use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest, GitCache};
 
 use crate::fault::FaultPoint;
 use crate::watches::ManagedWatches;
@@ -277,10 +278,19 @@ async fn sync_application(
         write(&app, &namespace, &decision, None, &redactor, ctx).await?;
         return Ok(Action::requeue(decision.requeue_after.unwrap_or(ctx.resync)));
     }
-    let observation = match observe(&app, &namespace, ctx, &mut redactor).await? {
+    let mut seen = (Course::Follow { end_hold: None }, None);
+    let observation = match observe(&app, &namespace, ctx, &mut redactor, &mut seen).await? {
         Ok(observation) | Err(observation) => observation,
     };
-    let decision = decide(&app, &observation, &redactor, &now());
+    let (course, run) = seen;
+    let unplanned = match (&observation, &run) {
+        (Observation::Failed { reason, message, .. }, Some(run)) => {
+            abandon_unplanned(&app, run, *reason, message, &redactor, &now())
+        }
+        _ => None,
+    };
+    let decided = unplanned.unwrap_or_else(|| decide(&app, &observation, &redactor, &now()));
+    let decision = with_course(decided, &app, &course);
     let condition = dependencies.as_ref().and_then(|v| dependencies::condition(&app, v));
     let decision = with_dependencies(decision, &app, condition, &now());
     let mut decision = notify::with_notifications(decision, &app, sinks, &now());
@@ -427,6 +437,7 @@ async fn observe(
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
+    seen: &mut (Course, Option<kuvryn_sync_core::application::Run>),
 ) -> StepResult<Observation> {
     let service_account = match resolve_identity(app, namespace, ctx).await? {
         Ok(name) => name,
@@ -444,9 +455,26 @@ async fn observe(
             )));
         }
     };
-    let (commit, tree) = match read_source(app, namespace, ctx, redactor).await? {
+    let (resolved, request) = match read_source(app, namespace, ctx, redactor).await? {
         Ok(found) => found,
         Err((reason, message)) => return Ok(Err(failed(reason, message, sa, None))),
+    };
+    // A rollback deploys its own commit, and a hold keeps the rollback's commit running.
+    let revisions = if rollback_annotated(app) {
+        list_revisions(app, namespace, ctx).await?
+    } else {
+        Vec::new()
+    };
+    let course = rollback::course(app, &resolved, &revisions);
+    let commit = match &course {
+        Course::RollBack { request, .. } => request.commit.clone(),
+        Course::Hold { deployed, .. } => deployed.clone(),
+        _ => resolved.clone(),
+    };
+    *seen = (course.clone(), run_for(app, &course, &revisions));
+    let tree = match checkout(ctx, request, &commit).await? {
+        Ok(tree) => tree,
+        Err((reason, message)) => return Ok(Err(failed(reason, message, sa, Some(&commit)))),
     };
     let at = Some(commit.as_str());
     let (desired, chart_digest) =
@@ -457,23 +485,55 @@ async fn observe(
     learn_secret_values(redactor, &desired);
     let manager = field_manager::for_application(namespace, &app.name_any());
     let engine = engine_for(app, &client, &manager, ctx);
-    match plan_desired_state(app, namespace, (&engine, &client), &commit, &desired, ctx, redactor)
-        .await?
+    let parts = match plan_desired_state(
+        app,
+        namespace,
+        (&engine, &client),
+        &commit,
+        &desired,
+        ctx,
+        redactor,
+    )
+    .await?
     {
-        Ok(parts) => Ok(Ok(Observation::Planned(Box::new(Planned {
-            service_account,
-            commit,
-            desired,
-            plan: parts.plan,
-            prune: parts.prune,
-            unlisted: parts.unlisted,
-            revision: parts.existing,
-            health: parts.health,
-            chart_digest,
-            diagnosis: parts.diagnosis,
-        })))),
-        Err(err) => Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
-    }
+        Ok(parts) => parts,
+        Err(err) => return Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
+    };
+    // A failed rollout under `failurePolicy.action: rollback` returns to a healthy Revision.
+    let failed_here = parts
+        .existing
+        .as_ref()
+        .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(RevisionPhase::Failed));
+    let fallback = match (failed_here, &course) {
+        (Some(failed), Course::Follow { .. })
+            if app.spec.strategy.failure_policy.action == FailureAction::Rollback =>
+        {
+            let all = list_revisions(app, namespace, ctx).await?;
+            rollback::fallback(app, failed, &all)
+        }
+        _ => None,
+    };
+    Ok(Ok(Observation::Planned(Box::new(Planned {
+        service_account,
+        commit,
+        desired,
+        plan: parts.plan,
+        prune: parts.prune,
+        unlisted: parts.unlisted,
+        revision: parts.existing,
+        health: parts.health,
+        chart_digest,
+        diagnosis: parts.diagnosis,
+        rollback: seen.1.clone(),
+        fallback,
+    }))))
+}
+
+/// Whether `app` carries a rollback request or hold, so its Revisions are read for the course.
+fn rollback_annotated(app: &Application) -> bool {
+    let annotations = app.annotations();
+    annotations.contains_key(keys::ROLLBACK_REVISION)
+        || annotations.contains_key(keys::ROLLBACK_FROM)
 }
 
 /// The engine acting for `app` as `client`, under `manager`
@@ -525,13 +585,13 @@ async fn resolve_identity(
     }
 }
 
-/// Step 2: the commit to deploy and its tree.
+/// Step 2: the commit the spec resolves to, and the request that fetches from its Repository.
 async fn read_source(
     app: &Application,
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-) -> Result<Result<(String, CheckedOutTree), (FailureReason, String)>, ReconcileError> {
+) -> Result<Result<(String, FetchRequest), (FailureReason, String)>, ReconcileError> {
     let repo_name = &app.spec.source.repository_ref.name;
     let repositories: Api<Repository> = Api::namespaced(ctx.client.clone(), namespace);
     let Some(repo) = repositories.get_opt(repo_name).await? else {
@@ -557,17 +617,28 @@ async fn read_source(
     let follows_repository =
         wanted.is_none() || wanted == repo.spec.git.as_ref().and_then(|g| g.revision.as_deref());
     let observed = repo.status.as_ref().and_then(|s| s.observed_revision.clone());
+    if let Some(commit) = observed.filter(|_| follows_repository) {
+        return Ok(Ok((commit, request)));
+    }
     let cache = Arc::clone(&ctx.cache);
     let found = tokio::task::spawn_blocking(move || {
-        let commit = match observed.filter(|_| follows_repository) {
-            Some(commit) => commit,
-            None => cache.resolve(&request)?.commit,
-        };
-        let tree = cache.tree(&request, &commit)?;
-        Ok::<_, kuvryn_sync_source::git::GitError>((commit, tree))
+        let commit = cache.resolve(&request)?.commit;
+        Ok::<_, kuvryn_sync_source::git::GitError>((commit, request))
     })
     .await?;
     Ok(found.map_err(|err| (err.reason(), err.to_string())))
+}
+
+/// The read-only tree of `commit`, fetched with `request`.
+async fn checkout(
+    ctx: &ApplicationContext,
+    request: FetchRequest,
+    commit: &str,
+) -> Result<Result<CheckedOutTree, (FailureReason, String)>, ReconcileError> {
+    let cache = Arc::clone(&ctx.cache);
+    let commit = commit.to_owned();
+    let tree = tokio::task::spawn_blocking(move || cache.tree(&request, &commit)).await?;
+    Ok(tree.map_err(|err| (err.reason(), err.to_string())))
 }
 
 /// Step 3: render `spec.source.path` and normalise it for the destination.
@@ -975,10 +1046,40 @@ async fn write(
             write_revision_status(namespace, &name, status, before, ctx).await?;
         }
     }
+    for other in &decision.others {
+        write_other_revision(namespace, other, ctx).await?;
+    }
     if let Some(status) = &decision.status {
         write_status(app, namespace, status, ctx).await?;
     }
+    if !decision.annotations.is_empty() {
+        let applications: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": decision.annotations}});
+        applications.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    }
     publish(app, &decision.events, redactor, ctx).await;
+    Ok(())
+}
+
+/// A write to a Revision besides the decision's own: annotations, then status.
+async fn write_other_revision(
+    namespace: &str,
+    update: &RevisionUpdate,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    if !update.annotations.is_empty() {
+        let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+        let patch = serde_json::json!({"metadata": {"annotations": update.annotations}});
+        match revisions.patch(&update.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            // Deleted meanwhile: nothing left to mark.
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(err) => return Err(err),
+        }
+    }
+    if let Some(status) = &update.status {
+        write_revision_status(namespace, &update.name, status, None, ctx).await?;
+    }
     Ok(())
 }
 

@@ -189,7 +189,8 @@ async fn cluster_commands_show_and_change_real_applications() -> Result<()> {
     let refused = ksync.run(&["render", "--local", dir.path().to_str().context("path")?]).await?;
     assert_eq!(refused.code, 1, "{refused:?}");
     assert!(refused.stderr.contains("declared twice"), "{}", refused.stderr);
-    env.push(&[("apps/bad/a.yaml", duplicate.clone()), ("apps/bad/b.yaml", duplicate)], "dup")
+    let commit4 = env
+        .push(&[("apps/bad/a.yaml", duplicate.clone()), ("apps/bad/b.yaml", duplicate)], "dup")
         .await?;
     env.create_app("bad", "apps/bad", json!({})).await?;
     let started = Instant::now();
@@ -198,15 +199,31 @@ async fn cluster_commands_show_and_change_real_applications() -> Result<()> {
     assert!(failed.stdout.contains("ValidationFailure"), "{}", failed.stdout);
     assert!(started.elapsed() < Duration::from_secs(60), "the wait did not fail fast");
 
-    // rollback to the previous healthy Revision sets the three annotations in one patch.
+    // rollback shows the target's plan and needs --yes off a terminal; with it, the controller
+    // returns to the chosen Revision and holds the commit the spec resolves to (the latest).
     let rev1 = env.revision("web", &commit1).await?.metadata.name.context("name")?;
-    let rolled = ksync.ok(&["rollback", "web"]).await?;
+    let refused = ksync.run(&["rollback", "web", "--to", &rev1]).await?;
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(refused.stderr.contains("pass --yes"), "{}", refused.stderr);
+    assert!(
+        refused.stdout.contains("Plan: 2 to create"),
+        "the target's plan is shown first: {}",
+        refused.stdout
+    );
+    let rolled = ksync.ok(&["rollback", "web", "--to", &rev1, "--yes"]).await?;
     assert!(rolled.contains(&format!("to Revision {rev1}")), "{rolled}");
+    env.wait_ready("web", "False", "RolledBack").await?;
+    env.wait_app("web", "rollback request removed", |app| {
+        !app.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(keys::ROLLBACK_REVISION))
+    })
+    .await?;
     let app = env.api::<Application>().get("web").await?;
     let annotations = app.metadata.annotations.unwrap_or_default();
-    assert_eq!(annotations.get(keys::ROLLBACK_REVISION), Some(&commit1));
-    assert_eq!(annotations.get(keys::ROLLBACK_TARGET_REVISION), Some(&rev1));
-    assert_eq!(annotations.get(keys::ROLLBACK_KIND).map(String::as_str), Some("manual"));
+    assert_eq!(annotations.get(keys::ROLLBACK_FROM), Some(&commit4));
+    let status = ksync.ok(&["status", "web"]).await?;
+    assert!(status.contains(&format!("commit {} is held", &commit4[..12])), "{status}");
+    let history = ksync.ok(&["history", "web"]).await?;
+    assert!(history.contains("rollback target (by"), "{history}");
 
     // A missing Application says how to list them.
     let missing = ksync.run(&["status", "nope"]).await?;

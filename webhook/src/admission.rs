@@ -19,8 +19,8 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kuvryn_sync_api::{HealthCheckSpec, Revision};
 use kuvryn_sync_core::admission::{
-    AnnotationEdit, ApplicationRequest, RevisionFacts, Verdict, review_application,
-    revisions_to_read,
+    AnnotationEdit, ApplicationRequest, RevisionFacts, Verdict, canonical_sync_and_strategy,
+    review_application, revisions_to_read,
 };
 use kuvryn_sync_core::health_rules;
 use serde_json::Value;
@@ -95,6 +95,7 @@ pub async fn admit_application(
     let new = annotations_of(Some(object));
     let old = request.old_object.as_ref().map(|o| annotations_of(Some(o)));
     let spec = object.data.get("spec").cloned().unwrap_or(Value::Null);
+    let (sync, strategy) = canonical_sync_and_strategy(&spec);
     let now = now_rfc3339();
     let application = ApplicationRequest {
         application: object.metadata.name.as_deref().unwrap_or(&request.name),
@@ -102,8 +103,8 @@ pub async fn admit_application(
         new: &new,
         username: request.user_info.username.as_deref().unwrap_or_default(),
         now: &now,
-        sync: spec.get("sync").unwrap_or(&Value::Null),
-        strategy: spec.get("strategy").unwrap_or(&Value::Null),
+        sync: &sync,
+        strategy: &strategy,
     };
     let names = revisions_to_read(&application);
     let revisions = match read_revisions(&state, &namespace, &names).await {

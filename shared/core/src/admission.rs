@@ -128,6 +128,25 @@ pub fn rollback_target_hash(
     format!("sha256:{hex}")
 }
 
+/// `spec.sync` and `spec.strategy` as the typed API reads them (defaults filled in, unknown
+/// fields dropped), so the webhook and the controller fingerprint the same text for
+/// [`rollback_target_hash`]. A value the types cannot read is fingerprinted as it is.
+pub fn canonical_sync_and_strategy(spec: &Value) -> (Value, Value) {
+    let raw =
+        |key: &str| spec.get(key).cloned().unwrap_or_else(|| Value::Object(Default::default()));
+    let sync = raw("sync");
+    let sync = serde_json::from_value::<kuvryn_sync_api::SyncPolicy>(sync.clone())
+        .ok()
+        .and_then(|typed| serde_json::to_value(typed).ok())
+        .unwrap_or(sync);
+    let strategy = raw("strategy");
+    let strategy = serde_json::from_value::<kuvryn_sync_api::Strategy>(strategy.clone())
+        .ok()
+        .and_then(|typed| serde_json::to_value(typed).ok())
+        .unwrap_or(strategy);
+    (sync, strategy)
+}
+
 fn approval_edits(
     request: &ApplicationRequest<'_>,
     revisions: &BTreeMap<String, RevisionFacts>,

@@ -26,6 +26,7 @@
 //! - Every message passes the reconcile's [`Redactor`] (the credential values it touched and the
 //!   desired Secrets' values) and the shape-based masks, and is truncated to [`MAX_MESSAGE`].
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -44,6 +45,7 @@ use crate::desired::{DesiredState, GroupKind, ObjectKey, Stage, group_of};
 use crate::plan::Plan;
 use crate::prune::{ManagedObject, PrunePlan};
 use crate::redact::{self, Redactor};
+use crate::rollback::{self, Kind};
 use crate::rollout::{self, ObjectHealth, Verdict};
 use crate::{diagnosis, inventory};
 
@@ -98,6 +100,39 @@ pub struct Planned {
     /// The root causes of the objects that are not Healthy (`core::diagnosis`), computed with
     /// the health.
     pub diagnosis: Vec<Diagnosis>,
+    /// The rollback this reconcile runs, or the hold it keeps: `commit` is then the rollback's
+    /// commit, not the one the spec resolves to. `None` for a normal rollout.
+    pub rollback: Option<Run>,
+    /// Where a failure of the existing (Failed) Revision rolls back to under
+    /// `failurePolicy.action: rollback` ([`rollback::fallback`]).
+    pub fallback: Option<rollback::Fallback>,
+}
+
+/// A rollback being run, or a hold being kept, as the decision needs it.
+#[derive(Clone, Debug, Default)]
+pub struct Run {
+    /// The commit held (`rollback-from`): the one the spec resolves to.
+    pub held: String,
+    /// The pending request; `None` while a completed rollback only holds.
+    pub request: Option<rollback::Request>,
+    /// The desired state the request approves: the chosen Revision's
+    /// `status.deployedDesiredStateHash`.
+    pub target_state: Option<String>,
+    /// The Revisions of the held commit, marked `RolledBack=True` once the rollback completes.
+    pub replaced: Vec<Revision>,
+    /// A completed rollback holds `held` already (so abandoning keeps `rollback-from`).
+    pub established: bool,
+    /// `rollback-from` is missing and is recorded now.
+    pub record_from: bool,
+}
+
+/// A write to another Revision than the decision's own: its status (server-side apply) and
+/// annotation changes (`None` removes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RevisionUpdate {
+    pub name: String,
+    pub status: Option<RevisionStatus>,
+    pub annotations: BTreeMap<String, Option<String>>,
 }
 
 /// The step the controller performs after writing the decided objects.
@@ -122,6 +157,11 @@ pub struct Decision {
     /// Look again after this long even without a trigger (an attempt still Progressing, a retry
     /// waiting for its backoff).
     pub requeue_after: Option<Duration>,
+    /// Changes to the Application's annotations (`None` removes): a rollback requested,
+    /// recorded, completed, lifted or abandoned. Written after the statuses.
+    pub annotations: BTreeMap<String, Option<String>>,
+    /// Writes to other Revisions: those a completed rollback replaced.
+    pub others: Vec<RevisionUpdate>,
 }
 
 /// How a sync step went.
@@ -211,12 +251,26 @@ fn decide_planned(
     now: &Time,
 ) -> Decision {
     status.service_account_name = Some(planned.service_account.clone());
-    status.desired_revision = Some(planned.commit.clone());
+    let desired = planned.rollback.as_ref().map_or(&planned.commit, |run| &run.held);
+    status.desired_revision = Some(desired.clone());
+    if let Some(run) = &planned.rollback {
+        let mut decision = decide_run(app, current, status, planned, run, redactor, now);
+        // Recorded while the run goes on; an abandon that removes it wins.
+        if run.record_from {
+            decision
+                .annotations
+                .entry(keys::ROLLBACK_FROM.to_owned())
+                .or_insert_with(|| Some(run.held.clone()));
+        }
+        return decision;
+    }
     let existing = planned.revision.as_ref();
     let existing_status = existing.and_then(|r| r.status.as_ref());
     let phase = existing_status.and_then(|s| s.phase);
-    let has_changes = planned.plan.changes.iter().any(|c| c.action != PlanAction::Unchanged);
-    let mut events = Vec::new();
+    let has_changes = has_changes(planned);
+    // Changes found after this Revision was applied are drift only while it is what runs: a
+    // Revision that a rollback replaced since is deployed again.
+    let deployed_here = current.deployed_revision.as_deref() == Some(planned.commit.as_str());
 
     match phase {
         Some(RevisionPhase::Observing) if !has_changes => {
@@ -225,24 +279,496 @@ fn decide_planned(
         Some(RevisionPhase::Healthy) if !has_changes => {
             return watch_finished(app, current, status, planned, now);
         }
-        Some(RevisionPhase::Observing | RevisionPhase::Healthy) if !app.spec.sync.self_heal => {
+        Some(RevisionPhase::Observing | RevisionPhase::Healthy)
+            if !app.spec.sync.self_heal && deployed_here =>
+        {
             // Drift: reported, not repaired.
             set_sync(&mut status, SyncState::Drifted, now);
-            return finish(current, status, None, events, Step::Report);
+            return finish(current, status, None, Vec::new(), Step::Report);
         }
-        Some(RevisionPhase::Failed) => match retry(app, existing, now) {
-            Retry::Now => {}
-            Retry::After(wait) => {
-                let mut decision = finish(current.clone(), current, None, events, Step::Report);
-                decision.requeue_after = Some(wait);
+        Some(RevisionPhase::Failed) => {
+            if let Some(fallback) = &planned.fallback {
+                return request_rollback(app, current, status, planned, fallback);
+            }
+            if let Some(decision) = wait_or_block(app, &current, existing, now) {
                 return decision;
             }
-            Retry::Blocked => return retry_blocked(app, current, existing_status, now),
-            Retry::Never => return finish(current.clone(), current, None, events, Step::Report),
-        },
+        }
         _ => {}
     }
+    attempt(app, current, status, planned, Mode::Rollout, redactor, now)
+}
 
+/// Whether the plan changes anything.
+fn has_changes(planned: &Planned) -> bool {
+    planned.plan.changes.iter().any(|c| c.action != PlanAction::Unchanged)
+}
+
+/// For a failed Revision: `None` to attempt it again now, or the decision that waits for the
+/// backoff, reports `RetryBlocked`, or does nothing.
+fn wait_or_block(
+    app: &Application,
+    current: &ApplicationStatus,
+    existing: Option<&Revision>,
+    now: &Time,
+) -> Option<Decision> {
+    match retry(app, existing, now) {
+        Retry::Now => None,
+        Retry::After(wait) => {
+            let mut decision =
+                finish(current.clone(), current.clone(), None, Vec::new(), Step::Report);
+            decision.requeue_after = Some(wait);
+            Some(decision)
+        }
+        Retry::Blocked => {
+            Some(retry_blocked(app, current.clone(), existing.and_then(|r| r.status.as_ref()), now))
+        }
+        Retry::Never => {
+            Some(finish(current.clone(), current.clone(), None, Vec::new(), Step::Report))
+        }
+    }
+}
+
+/// A failed rollout under `failurePolicy.action: rollback` with a healthy Revision to return
+/// to: request the rollback at once (`rollback-kind: automatic`); the next reconcile runs it.
+fn request_rollback(
+    app: &Application,
+    current: ApplicationStatus,
+    status: ApplicationStatus,
+    planned: &Planned,
+    fallback: &rollback::Fallback,
+) -> Decision {
+    let mut decision = finish(current, status, None, Vec::new(), Step::Report);
+    decision.annotations = rollback::automatic_request(app, fallback, &planned.commit);
+    decision
+}
+
+/// How an attempt is made.
+#[derive(Clone, Debug)]
+enum Mode {
+    /// A normal rollout: `Applying`, `DeploymentStarted`, approvals as `spec.sync` says.
+    Rollout,
+    /// A rollback run (or a hold kept): `RollingBack`.
+    Run {
+        /// A new run of this request: attempts start again, `RollbackStarted` goes out and the
+        /// Revision records the request ([`rollback::RUN`]).
+        fresh: Option<(Kind, String, String)>,
+        /// The approval the run carries (manual sync), decided before.
+        approval: Option<kuvryn_sync_api::Approval>,
+    },
+}
+
+/// A rollback run or a hold: the Revision of the rollback's commit.
+fn decide_run(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    planned: &Planned,
+    run: &Run,
+    redactor: &Redactor,
+    now: &Time,
+) -> Decision {
+    let existing = planned.revision.as_ref();
+    let phase = existing.and_then(|r| r.status.as_ref()).and_then(|s| s.phase);
+    let has_changes = has_changes(planned);
+    let Some(request) = &run.request else {
+        // A completed rollback holds: keep the rollback's commit running.
+        match phase {
+            Some(RevisionPhase::RollingBack) if !has_changes => {
+                return observe_rollout(app, current, status, planned, now);
+            }
+            Some(RevisionPhase::RolledBack | RevisionPhase::Healthy) if !has_changes => {
+                return watch_finished(app, current, status, planned, now);
+            }
+            Some(RevisionPhase::RollingBack | RevisionPhase::RolledBack)
+                if !app.spec.sync.self_heal =>
+            {
+                set_sync(&mut status, SyncState::Drifted, now);
+                return finish(current, status, None, Vec::new(), Step::Report);
+            }
+            Some(RevisionPhase::Failed) => {
+                if let Some(decision) = wait_or_block(app, &current, existing, now) {
+                    return decision;
+                }
+            }
+            _ => {}
+        }
+        let mode = Mode::Run { fresh: None, approval: None };
+        return attempt(app, current, status, planned, mode, redactor, now);
+    };
+    let id = request.id();
+    let this_run = existing
+        .and_then(|r| r.metadata.annotations.as_ref())
+        .and_then(|a| a.get(rollback::RUN))
+        .is_some_and(|recorded| *recorded == id);
+    if this_run {
+        match phase {
+            Some(RevisionPhase::Failed) => {
+                return match retry(app, existing, now) {
+                    Retry::Now => {
+                        start_run(app, current, status, planned, run, request, false, redactor, now)
+                    }
+                    Retry::After(wait) => {
+                        let mut decision =
+                            finish(current.clone(), current, None, Vec::new(), Step::Report);
+                        decision.requeue_after = Some(wait);
+                        decision
+                    }
+                    Retry::Blocked | Retry::Never => {
+                        let failure = existing
+                            .and_then(|r| r.status.as_ref())
+                            .and_then(|s| s.failure.clone());
+                        let (reason, message) = failure.map_or(
+                            (FailureReason::HealthFailure, "the target failed".to_owned()),
+                            |f| (f.reason, f.message),
+                        );
+                        abandon(app, current, status, run, request, reason, &message, now)
+                    }
+                };
+            }
+            Some(RevisionPhase::RollingBack) if !has_changes => {
+                return observe_rollout(app, current, status, planned, now);
+            }
+            Some(RevisionPhase::RolledBack) if !has_changes => {
+                // Completed before its request was removed (a restart in between).
+                return complete_run(app, current, status, planned, None, now);
+            }
+            _ => {}
+        }
+    }
+    start_run(app, current, status, planned, run, request, !this_run, redactor, now)
+}
+
+/// Start (or, not `fresh`, attempt again) the rollback `request`: the rendered state must be
+/// the one the request approves; under manual sync the run needs its approval.
+#[allow(clippy::too_many_arguments)]
+fn start_run(
+    app: &Application,
+    current: ApplicationStatus,
+    status: ApplicationStatus,
+    planned: &Planned,
+    run: &Run,
+    request: &rollback::Request,
+    fresh: bool,
+    redactor: &Redactor,
+    now: &Time,
+) -> Decision {
+    let name = revision_name(
+        app.metadata.name.as_deref().unwrap_or_default(),
+        &planned.commit,
+        &planned.desired.hash,
+    );
+    let target = request.target_revision.as_deref().unwrap_or(&request.commit).to_owned();
+    let changed_state = run.target_state.as_deref().filter(|state| *state != planned.desired.hash);
+    let mut events = Vec::new();
+    let approval = if app.spec.sync.automatic {
+        if let Some(state) = changed_state {
+            let message = format!(
+                "commit {} now renders desired state {}, not {state}, the one Revision {target}                  deployed; a rollback deploys only the desired state it returns to, so nothing                  was applied",
+                short(&request.commit),
+                planned.desired.hash
+            );
+            return abandon(
+                app,
+                current,
+                status,
+                run,
+                request,
+                FailureReason::ValidationFailure,
+                &message,
+                now,
+            );
+        }
+        None
+    } else {
+        let fingerprint =
+            run.target_state.as_deref().filter(|_| changed_state.is_none()).map(|state| {
+                let spec =
+                    serde_json::json!({"sync": app.spec.sync, "strategy": app.spec.strategy});
+                let (sync, strategy) = crate::admission::canonical_sync_and_strategy(&spec);
+                crate::admission::rollback_target_hash(state, &sync, &strategy)
+            });
+        let digest = planned.plan.digest.clone();
+        if fingerprint.is_some() && fingerprint == request.target_hash {
+            let note = match request.kind {
+                Kind::Manual => format!(
+                    "manual rollback to Revision {target} requested by {}: approved under the                      requester, the desired state it deployed and spec.sync and spec.strategy                      are unchanged since the request",
+                    request.requester()
+                ),
+                Kind::Automatic => format!(
+                    "automatic rollback to Revision {target}: it re-deploys the desired state                      approved before, with spec.sync and spec.strategy unchanged, so no new                      approval is needed"
+                ),
+            };
+            if fresh && request.kind == Kind::Manual {
+                events.push((
+                    EventReason::RollbackApproved,
+                    format!(
+                        "rollback to Revision {target} approved under its requester {} (plan                          digest {digest})",
+                        request.requester()
+                    ),
+                ));
+            }
+            let approved_at = request
+                .requested_at
+                .as_deref()
+                .and_then(|at| at.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .map_or_else(|| now.clone(), Time);
+            Some(kuvryn_sync_api::Approval {
+                approved_by: request.requester().to_owned(),
+                approved_at,
+                plan_digest: digest,
+                desired_state_hash: planned.desired.hash.clone(),
+                note: Some(note),
+            })
+        } else {
+            // Approved with `ksync sync` after all, or waiting for it.
+            match rollout::approval(app, &name, &digest, &planned.desired.hash, None, now) {
+                Verdict::Approved(record) => Some(record),
+                _ => {
+                    return wait_for_rollback_approval(
+                        app, current, status, planned, request, &target, redactor, now,
+                    );
+                }
+            }
+        }
+    };
+    let fresh = fresh.then(|| (request.kind, request.id(), request.requester().to_owned()));
+    let mut decision =
+        attempt(app, current, status, planned, Mode::Run { fresh, approval }, redactor, now);
+    events.append(&mut decision.events);
+    decision.events = events;
+    decision
+}
+
+/// Under manual sync, a rollback whose target is no longer the desired state or spec the
+/// requester chose waits for `ksync sync` (`RollbackTargetChanged`, once).
+#[allow(clippy::too_many_arguments)]
+fn wait_for_rollback_approval(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    planned: &Planned,
+    request: &rollback::Request,
+    target: &str,
+    redactor: &Redactor,
+    now: &Time,
+) -> Decision {
+    let mut revision = revision_for(app, planned, planned.revision.as_ref());
+    let name = revision.metadata.name.clone().unwrap_or_default();
+    let id = request.id();
+    let recorded = revision
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(rollback::RUN.to_owned(), id.clone());
+    let revision_status = revision.status.get_or_insert_with(Default::default);
+    let waiting_already = recorded.as_deref() == Some(id.as_str())
+        && revision_status.phase == Some(RevisionPhase::AwaitingApproval);
+    revision_status.phase = Some(RevisionPhase::AwaitingApproval);
+    revision_status.plan = Some(planned.plan.summary());
+    revision_status.observed_generation = revision.metadata.generation;
+    let mut events = Vec::new();
+    if planned.revision.is_none() {
+        events.push((
+            EventReason::PlanCreated,
+            format!("Revision {name} planned: {}", counts(&planned.plan)),
+        ));
+    }
+    if !waiting_already {
+        let why = if request.target_hash.is_none() {
+            "it carries no rollback-target-hash recorded by the webhook".to_owned()
+        } else {
+            "the desired state it deployed, spec.sync or spec.strategy changed since the request"
+                .to_owned()
+        };
+        events.push((
+            EventReason::RollbackTargetChanged,
+            format!(
+                "the rollback to {target} requested by {} is not approved: {why}; review Revision                  {name} (plan digest {}) and approve it with `ksync sync {}`",
+                request.requester(),
+                planned.plan.digest,
+                app.metadata.name.as_deref().unwrap_or_default()
+            ),
+        ));
+    }
+    set_sync(&mut status, SyncState::AwaitingApproval, now);
+    finish(current, status, Some(revision), bounded(redactor, events), Step::Report)
+}
+
+/// Give up a rollback: remove the request (and `rollback-from` unless an earlier rollback holds
+/// it), mark the replaced Revisions so the failure policy does not roll back from them again,
+/// and leave the Application failed with `reason`.
+#[allow(clippy::too_many_arguments)]
+fn abandon(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    run: &Run,
+    request: &rollback::Request,
+    reason: FailureReason,
+    message: &str,
+    now: &Time,
+) -> Decision {
+    let target = request.target_revision.as_deref().unwrap_or(&request.commit);
+    let message = redact::truncate(
+        &format!("the rollback to {target} was abandoned: {message}"),
+        MAX_MESSAGE,
+    );
+    let mut events = vec![(EventReason::RollbackAbandoned, message.clone())];
+    status.desired_revision = Some(run.held.clone());
+    events.extend(fail_ready(&mut status, app, reason, &message, now));
+    let mut decision = finish(current, status, None, events, Step::Report);
+    decision.annotations = rollback::remove_request();
+    if !run.established {
+        decision.annotations.insert(keys::ROLLBACK_FROM.to_owned(), None);
+    }
+    decision.others = run
+        .replaced
+        .iter()
+        .filter_map(|r| r.metadata.name.clone())
+        .map(|name| RevisionUpdate {
+            name,
+            status: None,
+            annotations: BTreeMap::from([(
+                rollback::ABANDONED.to_owned(),
+                Some(target.to_owned()),
+            )]),
+        })
+        .collect();
+    decision
+}
+
+/// A rollback run's Revision is Healthy: it is `RolledBack`, the Application `Ready=False/
+/// RolledBack`, the held commit's Revisions `RolledBack=True`, the request removed.
+fn complete_run(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    planned: &Planned,
+    observed: Option<(Revision, Vec<(EventReason, String)>)>,
+    now: &Time,
+) -> Decision {
+    let Some(run) = &planned.rollback else {
+        return finish(current, status, None, Vec::new(), Step::Report);
+    };
+    let (revision, mut events) = match (observed, &planned.revision) {
+        (Some(found), _) => found,
+        (None, Some(existing)) => (existing.clone(), Vec::new()),
+        (None, None) => return finish(current, status, None, Vec::new(), Step::Report),
+    };
+    let name = revision.metadata.name.clone().unwrap_or_default();
+    set_held(&mut status, app, run, &name, &planned.commit, now);
+    let mut decision;
+    if let Some(request) = &run.request {
+        let target = request.target_revision.as_deref().unwrap_or(&name);
+        let (reason, how) = match request.kind {
+            Kind::Manual => (ConditionReason::ManualRollback, "ksync rollback"),
+            Kind::Automatic => (ConditionReason::RollbackCompleted, "the failure policy"),
+        };
+        let when = request.requested_at.as_deref().unwrap_or("an unrecorded time");
+        let replaced_message = format!(
+            "rolled back to Revision {target} by {} at {when} ({how}); commit {} is not deployed              again until a new commit arrives or a rollback to it lifts the hold",
+            request.requester(),
+            short(&run.held)
+        );
+        events.push((
+            EventReason::RollbackCompleted,
+            format!(
+                "{} rollback to Revision {name} (commit {}) requested by {} completed; commit {} is held",
+                request.kind.as_str(),
+                short(&planned.commit),
+                request.requester(),
+                short(&run.held)
+            ),
+        ));
+        decision = finish(current, status, None, events, Step::Report);
+        decision.annotations = rollback::remove_request();
+        decision.others = run
+            .replaced
+            .iter()
+            .filter(|r| r.metadata.name.as_deref() != Some(name.as_str()))
+            .filter_map(|r| {
+                let mut replaced = r.status.clone().unwrap_or_default();
+                if replaced.phase.is_none_or(|p| !p.is_terminal()) {
+                    replaced.phase = Some(RevisionPhase::Cancelled);
+                    replaced.completed_at = Some(now.clone());
+                }
+                conditions::set(
+                    &mut replaced.conditions,
+                    NewCondition {
+                        type_: ConditionType::RolledBack,
+                        status: Status::True,
+                        reason: reason.as_str(),
+                        message: replaced_message.clone(),
+                        observed_generation: r.metadata.generation,
+                    },
+                    now,
+                );
+                (r.status.as_ref() != Some(&replaced)).then(|| RevisionUpdate {
+                    name: r.metadata.name.clone().unwrap_or_default(),
+                    status: Some(replaced),
+                    annotations: BTreeMap::from([(
+                        keys::ROLLBACK_REQUESTED_BY.to_owned(),
+                        Some(request.requester().to_owned()),
+                    )]),
+                })
+            })
+            .collect();
+    } else {
+        decision = finish(current, status, None, events, Step::Report);
+    }
+    let changed =
+        planned.revision.as_ref().and_then(|r| r.status.as_ref()) != revision.status.as_ref();
+    decision.revision = changed.then_some(revision);
+    decision
+}
+
+/// `Ready=False/RolledBack`: the rollback's Revision runs and `run.held` is held. The words
+/// stay the same while the hold lasts, so keeping it writes nothing.
+fn set_held(
+    status: &mut ApplicationStatus,
+    app: &Application,
+    run: &Run,
+    revision: &str,
+    commit: &str,
+    now: &Time,
+) {
+    let name = app.metadata.name.as_deref().unwrap_or_default();
+    conditions::set(
+        &mut status.conditions,
+        NewCondition {
+            type_: ConditionType::Ready,
+            status: Status::False,
+            reason: FailureReason::RolledBack.as_str(),
+            message: format!(
+                "rolled back to Revision {revision} (commit {}); commit {} is held: it is not                  deployed again until a new commit arrives or `ksync rollback {name} --to                  <a Revision of it>` lifts the hold",
+                short(commit),
+                short(&run.held)
+            ),
+            observed_generation: app.metadata.generation,
+        },
+        now,
+    );
+}
+
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+/// An attempt at `planned`'s Revision: record it, check conflicts and approval, then apply.
+fn attempt(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    planned: &Planned,
+    mode: Mode,
+    redactor: &Redactor,
+    now: &Time,
+) -> Decision {
+    let existing = planned.revision.as_ref();
+    let existing_status = existing.and_then(|r| r.status.as_ref());
+    let phase = existing_status.and_then(|s| s.phase);
+    let mut events = Vec::new();
     let mut revision = revision_for(app, planned, existing);
     let name = revision.metadata.name.clone().unwrap_or_default();
     let revision_status = revision.status.get_or_insert_with(Default::default);
@@ -256,6 +782,24 @@ fn decide_planned(
             format!("Revision {name} planned: {}", counts(&planned.plan)),
         ));
     }
+    let (applying, started) = match &mode {
+        Mode::Rollout => (RevisionPhase::Applying, None),
+        Mode::Run { fresh, approval } => {
+            let revision_status = revision.status.get_or_insert_with(Default::default);
+            if let Some((_, id, requester)) = fresh {
+                revision_status.attempts = 0;
+                let annotations =
+                    revision.metadata.annotations.get_or_insert_with(Default::default);
+                annotations.insert(rollback::RUN.to_owned(), id.clone());
+                annotations.insert(keys::ROLLBACK_REQUESTED_BY.to_owned(), requester.clone());
+            }
+            if let Some(record) = approval {
+                revision.status.get_or_insert_with(Default::default).approval =
+                    Some(record.clone());
+            }
+            (RevisionPhase::RollingBack, fresh.as_ref().map(|(kind, _, _)| *kind))
+        }
+    };
 
     if !planned.plan.conflicts.is_empty() && app.spec.sync.conflict_policy != ConflictPolicy::Adopt
     {
@@ -275,11 +819,12 @@ fn decide_planned(
         set_sync(&mut status, SyncState::OutOfSync, now);
         events.extend(fail_ready(&mut status, app, FailureReason::ConflictFailure, &message, now));
         let mut decision = finish(current, status, Some(revision), events, Step::Report);
-        decision.requeue_after = Some(rollout::backoff(1));
+        decision.requeue_after = Some(failure_requeue(app, planned, 1));
         return decision;
     }
 
-    if !app.spec.sync.automatic {
+    let approved_by_run = matches!(&mode, Mode::Run { approval: Some(_), .. });
+    if !app.spec.sync.automatic && !approved_by_run {
         let recorded = existing_status.and_then(|s| s.approval.as_ref());
         let digest = planned.plan.digest.as_str();
         match rollout::approval(app, &name, digest, &planned.desired.hash, recorded, now) {
@@ -326,14 +871,29 @@ fn decide_planned(
 
     mark_attempt(&mut revision, app);
     let revision_status = revision.status.get_or_insert_with(Default::default);
-    revision_status.phase = Some(RevisionPhase::Applying);
+    revision_status.phase = Some(applying);
     revision_status.attempts += 1;
     revision_status.started_at = Some(now.clone());
     set_rollout_condition(revision_status, revision.metadata.generation, false, now);
-    events.push((
-        EventReason::DeploymentStarted,
-        format!("applying Revision {name} (commit {}): {}", planned.commit, counts(&planned.plan)),
-    ));
+    match started {
+        Some(kind) => events.push((
+            EventReason::RollbackStarted { automatic: kind == Kind::Automatic },
+            format!(
+                "{} rollback: applying Revision {name} (commit {}): {}",
+                kind.as_str(),
+                planned.commit,
+                counts(&planned.plan)
+            ),
+        )),
+        None => events.push((
+            EventReason::DeploymentStarted,
+            format!(
+                "applying Revision {name} (commit {}): {}",
+                planned.commit,
+                counts(&planned.plan)
+            ),
+        )),
+    }
     if let Some(message) = planned.prune.skipped_message() {
         events.push((EventReason::PruneSkipped, clean(redactor, &message)));
     }
@@ -362,6 +922,20 @@ fn decide_planned(
         events,
         step,
         requeue_after: Some(rollout::OBSERVE_EVERY),
+        annotations: BTreeMap::new(),
+        others: Vec::new(),
+    }
+}
+
+/// When to look again after a failed attempt: at once under `failurePolicy.action: rollback`
+/// (the failure rolls back without waiting), else after the retry backoff.
+fn failure_requeue(app: &Application, planned: &Planned, attempts: i32) -> Duration {
+    if app.spec.strategy.failure_policy.action == kuvryn_sync_api::FailureAction::Rollback
+        && planned.rollback.is_none()
+    {
+        Duration::from_secs(1)
+    } else {
+        rollout::backoff(attempts)
     }
 }
 
@@ -395,7 +969,7 @@ pub fn previous_healthy(revisions: &[Revision], current: &str) -> Option<String>
     revisions
         .iter()
         .filter(|r| r.metadata.name.as_deref() != Some(current))
-        .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(RevisionPhase::Healthy))
+        .filter(|r| rollback::completed_healthy(r))
         .max_by(|a, b| {
             let key = |r: &Revision| {
                 (r.metadata.creation_timestamp.clone().map(|t| t.0), r.metadata.name.clone())
@@ -467,6 +1041,118 @@ pub fn with_optional_condition(
     decision
 }
 
+/// The [`Run`] of a rollback `course`, from `app`'s Revisions: `None` unless the course rolls
+/// back or holds.
+pub fn run_for(
+    app: &Application,
+    course: &rollback::Course,
+    revisions: &[Revision],
+) -> Option<Run> {
+    let (held, request) = match course {
+        rollback::Course::RollBack { request, from } => (from.clone(), Some(request.clone())),
+        rollback::Course::Hold { held, .. } => (held.clone(), None),
+        _ => return None,
+    };
+    let own =
+        |r: &&Revision| Some(r.spec.application_ref.name.as_str()) == app.metadata.name.as_deref();
+    let target_state = request.as_ref().and_then(|request| {
+        let name = request.target_revision.as_deref()?;
+        revisions
+            .iter()
+            .filter(own)
+            .find(|r| {
+                r.metadata.name.as_deref() == Some(name) && r.spec.source.revision == request.commit
+            })
+            .and_then(|r| r.status.as_ref())
+            .and_then(|s| s.deployed_desired_state_hash.clone())
+    });
+    let replaced =
+        revisions.iter().filter(own).filter(|r| r.spec.source.revision == held).cloned().collect();
+    let record_from = app
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::ROLLBACK_FROM))
+        .is_none_or(String::is_empty);
+    Some(Run {
+        established: rollback::holds(revisions, &held),
+        held,
+        request,
+        target_state,
+        replaced,
+        record_from,
+    })
+}
+
+/// A rollback run whose target failed before a plan existed (its render, validation or dry
+/// run): nothing was applied, and it is abandoned with that failure's reason.
+pub fn abandon_unplanned(
+    app: &Application,
+    run: &Run,
+    reason: FailureReason,
+    message: &str,
+    redactor: &Redactor,
+    now: &Time,
+) -> Option<Decision> {
+    let request = run.request.as_ref()?;
+    let current = app.status.clone().unwrap_or_default();
+    let mut status = current.clone();
+    status.observed_generation = app.metadata.generation;
+    let message = format!(
+        "its commit cannot be planned, so nothing was applied: {}",
+        clean(redactor, message)
+    );
+    let mut decision = abandon(app, current, status, run, request, reason, &message, now);
+    decision.events = bounded(redactor, decision.events);
+    Some(decision)
+}
+
+/// `decision` with what the rollback `course` changes besides the rollout: `rollback-from`
+/// removed when a new commit ended its hold (ruling 10), a hold lifted by a rollback to the
+/// held commit (`RollbackHoldLifted`), a request with nothing to roll back from removed
+/// (`RollbackAbandoned`). The decision's own annotation changes win.
+pub fn with_course(
+    mut decision: Decision,
+    app: &Application,
+    course: &rollback::Course,
+) -> Decision {
+    let (mut patch, event) = match course {
+        rollback::Course::Follow { end_hold: Some(_) } => {
+            (BTreeMap::from([(keys::ROLLBACK_FROM.to_owned(), None)]), None)
+        }
+        rollback::Course::LiftHold { request, held } => {
+            let mut patch = rollback::remove_request();
+            patch.insert(keys::ROLLBACK_FROM.to_owned(), None);
+            let message = format!(
+                "the rollback to commit {} requested by {} lifts its hold: it is the desired \
+                 revision again and is deployed",
+                short(held),
+                request.requester()
+            );
+            (patch, Some((EventReason::RollbackHoldLifted, message)))
+        }
+        rollback::Course::Pointless { request } => {
+            let message = format!(
+                "the rollback to commit {} requested by {} was removed: it is already the \
+                 commit the spec resolves to and no rollback holds another",
+                short(&request.commit),
+                request.requester()
+            );
+            (rollback::remove_request(), Some((EventReason::RollbackAbandoned, message)))
+        }
+        _ => return decision,
+    };
+    if !rollback::changes(app, &patch) {
+        return decision;
+    }
+    patch.extend(std::mem::take(&mut decision.annotations));
+    decision.annotations = patch;
+    if let Some(event) = event {
+        decision.events.insert(0, event);
+    }
+    decision
+}
+
 /// The statuses after the sync step `decision` ran with `outcome`.
 pub fn settle(
     app: &Application,
@@ -482,7 +1168,11 @@ pub fn settle(
     let mut events = Vec::new();
     match outcome {
         SyncOutcome::Done { live_kinds } => {
-            revision.phase = Some(RevisionPhase::Observing);
+            revision.phase = Some(if planned.rollback.is_some() {
+                RevisionPhase::RollingBack
+            } else {
+                RevisionPhase::Observing
+            });
             set_sync(&mut status, SyncState::Synced, now);
             set_deployed(&mut status, &planned.commit);
             let live: std::collections::BTreeSet<GroupKind> = live_kinds.iter().cloned().collect();
@@ -523,7 +1213,18 @@ fn observe_rollout(
     revision_status.health = Some(summary.counts.clone());
     revision_status.hooks = hook_records(planned);
     let mut requeue_after = None;
-    if rollout::is_done(summary.state) {
+    if rollout::is_done(summary.state) && planned.rollback.is_some() {
+        revision_status.phase = Some(RevisionPhase::RolledBack);
+        revision_status.completed_at = Some(now.clone());
+        revision_status.deployed_desired_state_hash = Some(planned.desired.hash.clone());
+        set_rollout_condition(revision_status, generation, true, now);
+        status.diagnosis.clear();
+        events.push((
+            EventReason::DeploymentHealthy,
+            format!("Revision {name}: every managed resource is Healthy"),
+        ));
+        return complete_run(app, current, status, planned, Some((revision, events)), now);
+    } else if rollout::is_done(summary.state) {
         revision_status.phase = Some(RevisionPhase::Healthy);
         revision_status.completed_at = Some(now.clone());
         revision_status.deployed_desired_state_hash = Some(planned.desired.hash.clone());
@@ -554,7 +1255,7 @@ fn observe_rollout(
         };
         fail_revision(revision_status, reason, &message, resource, &planned.plan, now);
         events.extend(fail_ready(&mut status, app, reason, &message, now));
-        requeue_after = Some(rollout::backoff(revision_status.attempts));
+        requeue_after = Some(failure_requeue(app, planned, revision_status.attempts));
     } else {
         let timeout = rollout::timeout(app);
         let started = revision_status.started_at.clone().unwrap_or_else(|| now.clone());
@@ -580,7 +1281,7 @@ fn observe_rollout(
                 &message,
                 now,
             ));
-            requeue_after = Some(rollout::backoff(revision_status.attempts));
+            requeue_after = Some(failure_requeue(app, planned, revision_status.attempts));
         } else {
             requeue_after = Some(left.min(rollout::OBSERVE_EVERY));
         }
@@ -646,6 +1347,17 @@ fn watch_finished(
     set_sync(&mut status, SyncState::Synced, now);
     set_deployed(&mut status, &planned.commit);
     let mut events = set_health(&mut status, &summary, planned, now);
+    if let Some(run) = &planned.rollback {
+        // A held RolledBack stays RolledBack, whatever the health.
+        let name =
+            planned.revision.as_ref().and_then(|r| r.metadata.name.clone()).unwrap_or_default();
+        set_held(&mut status, app, run, &name, &planned.commit, now);
+        let mut decision = finish(current, status, None, events, Step::Report);
+        if !rollout::is_done(summary.state) {
+            decision.requeue_after = Some(rollout::OBSERVE_EVERY);
+        }
+        return decision;
+    }
     let (condition_status, reason, message) = if rollout::is_done(summary.state) {
         let name =
             planned.revision.as_ref().and_then(|r| r.metadata.name.clone()).unwrap_or_default();
@@ -719,6 +1431,16 @@ fn retry(app: &Application, revision: Option<&Revision>, now: &Time) -> Retry {
     let completed = status.completed_at.clone().unwrap_or_else(|| now.clone());
     let wait = rollout::remaining(&completed, rollout::backoff(status.attempts), now);
     if status.attempts >= app.spec.strategy.failure_policy.max_attempts {
+        // A rollback from this Revision was abandoned: the Application stays failed with the
+        // reason the abandon recorded.
+        let abandoned = revision
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(rollback::ABANDONED));
+        if abandoned {
+            return Retry::Never;
+        }
         let ready =
             app.status.as_ref().and_then(|s| conditions::get(&s.conditions, ConditionType::Ready));
         let blocked = ready.is_some_and(|c| {
@@ -986,6 +1708,8 @@ fn finish(
         events,
         step,
         requeue_after: None,
+        annotations: BTreeMap::new(),
+        others: Vec::new(),
     }
 }
 

@@ -195,6 +195,8 @@ fn planned_with(
         health: Vec::new(),
         chart_digest: None,
         diagnosis: Vec::new(),
+        rollback: None,
+        fallback: None,
     }
 }
 
@@ -2794,4 +2796,356 @@ fn diagnosed_is_recorded_when_the_root_causes_change_and_not_again_while_they_ho
     assert_eq!(diagnosed(&again), 0, "{:?}", again.events);
     let status = again.status.clone().or(app.status.clone()).expect("a status");
     assert_eq!(status.diagnosis, vec![diagnosis()]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rollback runs and holds (docs/decisions.md#rollback)
+// ---------------------------------------------------------------------------------------------
+
+/// The Revision of [`web`] at [`C1`] once its rollout completed Healthy: the rollback target.
+fn healthy_target() -> Revision {
+    let (decision, settled) = applied(&automatic());
+    let mut status = settled.revision;
+    status.phase = Some(RevisionPhase::Healthy);
+    status.deployed_desired_state_hash = Some(web().hash);
+    stored(&decision, status)
+}
+
+/// A Revision of the held commit [`C2`], Healthy before the rollback.
+fn held_revision() -> Revision {
+    let mut revision = healthy_target();
+    revision.metadata.name = Some(format!("{APP}-held"));
+    revision.spec.source.revision = C2.into();
+    revision
+}
+
+fn request(kind: &str, by: &str, hash: Option<String>) -> rollback::Request {
+    let mut annotations = BTreeMap::from([
+        (keys::ROLLBACK_REVISION.to_owned(), C1.to_owned()),
+        (keys::ROLLBACK_KIND.to_owned(), kind.to_owned()),
+        (keys::ROLLBACK_REQUESTED_BY.to_owned(), by.to_owned()),
+        (keys::ROLLBACK_REQUESTED_AT.to_owned(), "2026-12-01T10:00:00Z".to_owned()),
+        (keys::ROLLBACK_TARGET_REVISION.to_owned(), healthy_target().metadata.name.expect("name")),
+    ]);
+    if let Some(hash) = hash {
+        annotations.insert(keys::ROLLBACK_TARGET_HASH.to_owned(), hash);
+    }
+    rollback::Request::from_annotations(&annotations).expect("a request")
+}
+
+/// A pending manual run by alice from [`C2`] back to [`C1`], nothing held yet.
+fn run(request: rollback::Request) -> Run {
+    Run {
+        held: C2.into(),
+        request: Some(request),
+        target_state: Some(web().hash),
+        replaced: vec![held_revision()],
+        established: false,
+        record_from: true,
+    }
+}
+
+/// `app` (deployed at [`C2`]) reconciled with the run, [`web`] found as `found` says and the
+/// target Revision `revision`, at 50.
+fn run_reconcile(
+    app: &Application,
+    run: Run,
+    found: impl Fn(&DesiredObject) -> Found,
+    revision: Revision,
+    health: Vec<ObjectHealth>,
+) -> (Planned, Decision) {
+    let mut state = planned_with(&web(), found, PrunePlan::default(), Some(revision));
+    state.rollback = Some(run);
+    state.health = health;
+    let decision = decide(app, &planned(&state), &Redactor::new(), &at(50));
+    (state, decision)
+}
+
+fn deployed_at_c2(mut app: Application) -> Application {
+    let status = app.status.get_or_insert_with(Default::default);
+    status.deployed_revision = Some(C2.into());
+    app
+}
+
+fn healthy_web() -> Vec<ObjectHealth> {
+    web_health(HealthState::Healthy, HealthState::Healthy)
+}
+
+#[test]
+fn a_rollback_run_applies_rolls_back_and_holds_the_commit_it_left() {
+    let app = deployed_at_c2(automatic());
+    let (state, started) = run_reconcile(
+        &app,
+        run(request("manual", "alice", None)),
+        drifted,
+        healthy_target(),
+        Vec::new(),
+    );
+    // Started: the target's Revision RollingBack, attempts from 0, the request recorded,
+    // rollback-from recorded, desiredRevision the held commit.
+    assert!(matches!(started.step, Step::Sync { .. }), "{:?}", started.step);
+    let revision = started.revision.clone().expect("the run's Revision");
+    let status = revision.status.clone().expect("status");
+    assert_eq!(status.phase, Some(RevisionPhase::RollingBack));
+    assert_eq!(status.attempts, 1, "a new run counts its attempts from 0");
+    let annotations = revision.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(annotations.get(rollback::RUN), Some(&request("manual", "alice", None).id()));
+    assert_eq!(annotations.get(keys::ROLLBACK_REQUESTED_BY).map(String::as_str), Some("alice"));
+    assert_eq!(reasons(&started.events), ["RollbackStarted"]);
+    assert_eq!(started.events[0].0, EventReason::RollbackStarted { automatic: false });
+    assert_eq!(started.annotations.get(keys::ROLLBACK_FROM), Some(&Some(C2.to_owned())));
+    let app_status = started.status.clone().expect("status");
+    assert_eq!(app_status.desired_revision.as_deref(), Some(C2));
+
+    // Applied: still RollingBack, then Healthy completes it.
+    let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
+    let settled = settle(&app, &started, &state, &done, &Redactor::new(), &at(55));
+    assert_eq!(settled.revision.phase, Some(RevisionPhase::RollingBack));
+    let mut app = app.clone();
+    app.status = Some(settled.status.clone());
+    let mut applied_revision = revision.clone();
+    applied_revision.status = Some(settled.revision);
+    let (_, completed) = run_reconcile(
+        &app,
+        run(request("manual", "alice", None)),
+        unchanged,
+        applied_revision,
+        healthy_web(),
+    );
+    let finished = revision_status(&completed);
+    assert_eq!(finished.phase, Some(RevisionPhase::RolledBack));
+    assert_eq!(finished.deployed_desired_state_hash.as_deref(), Some(web().hash.as_str()));
+    let app_status = completed.status.clone().expect("status");
+    let (status, reason, message, _, _) = parts(ready(&app_status).expect("Ready"));
+    assert_eq!((status, reason), ("False", "RolledBack"));
+    assert!(message.contains(&C2[..12]) && message.contains("held"), "{message}");
+    assert_eq!(app_status.deployed_revision.as_deref(), Some(C1));
+    assert_eq!(reasons(&completed.events), ["DeploymentHealthy", "RollbackCompleted"]);
+    // The request goes, who asked stays; rollback-from is still recorded.
+    assert_eq!(completed.annotations.get(keys::ROLLBACK_REVISION), Some(&None));
+    assert_eq!(completed.annotations.get(keys::ROLLBACK_TARGET_HASH), Some(&None));
+    assert!(!completed.annotations.contains_key(keys::ROLLBACK_REQUESTED_BY));
+    assert_eq!(completed.annotations.get(keys::ROLLBACK_FROM), Some(&Some(C2.to_owned())));
+    // Every Revision of the held commit: RolledBack=True/ManualRollback, with who asked.
+    assert_eq!(completed.others.len(), 1);
+    let marked = &completed.others[0];
+    let condition = conditions::get(
+        &marked.status.as_ref().expect("status").conditions,
+        ConditionType::RolledBack,
+    )
+    .expect("RolledBack");
+    assert_eq!((condition.status.as_str(), condition.reason.as_str()), ("True", "ManualRollback"));
+    assert!(condition.message.contains("alice"), "{}", condition.message);
+    assert_eq!(
+        marked.annotations.get(keys::ROLLBACK_REQUESTED_BY),
+        Some(&Some("alice".to_owned()))
+    );
+}
+
+#[test]
+fn an_automatic_run_starts_with_a_warning_and_completes_as_rollback_completed() {
+    let app = deployed_at_c2(automatic());
+    let (_, started) = run_reconcile(
+        &app,
+        run(request("automatic", "system:serviceaccount:kuvryn:controller", None)),
+        drifted,
+        healthy_target(),
+        Vec::new(),
+    );
+    assert_eq!(started.events[0].0, EventReason::RollbackStarted { automatic: true });
+    assert_eq!(started.events[0].0.event_type(), kuvryn_sync_api::EventType::Warning, "ruling 3");
+}
+
+#[test]
+fn a_hold_keeps_ready_rolled_back_whatever_the_health_and_writes_nothing_when_unchanged() {
+    let mut app = deployed_at_c2(automatic());
+    let mut target = healthy_target();
+    target.status.as_mut().expect("status").phase = Some(RevisionPhase::RolledBack);
+    let mut hold = run(request("manual", "alice", None));
+    hold.request = None;
+    hold.record_from = false;
+    hold.established = true;
+    let (_, first) = run_reconcile(&app, hold.clone(), unchanged, target.clone(), healthy_web());
+    let status = first.status.clone().expect("Ready set to RolledBack");
+    assert_eq!(parts(ready(&status).expect("Ready")).1, "RolledBack");
+    app.status = Some(status);
+    let degraded = web_health(HealthState::Healthy, HealthState::Degraded);
+    let (_, second) = run_reconcile(&app, hold.clone(), unchanged, target.clone(), degraded);
+    let status = second.status.clone().unwrap_or_else(|| app.status.clone().expect("status"));
+    assert_eq!(parts(ready(&status).expect("Ready")).1, "RolledBack", "held stays RolledBack");
+    assert!(!reasons(&second.events).contains(&"HealthDegraded"));
+    app.status = Some(status);
+    let (_, third) = run_reconcile(&app, hold, unchanged, target, healthy_web());
+    let unchanged_ready = third.status.as_ref().map(|s| ready(s).cloned());
+    if let Some(Some(condition)) = unchanged_ready {
+        assert_eq!(condition.reason, "RolledBack");
+    }
+    assert!(third.revision.is_none(), "keeping the hold does not rewrite the Revision");
+    assert!(third.annotations.is_empty());
+}
+
+#[test]
+fn a_run_that_used_up_its_attempts_is_abandoned_and_marks_the_commit_it_left() {
+    let app = deployed_at_c2(automatic());
+    let request = request("manual", "alice", None);
+    let mut target = healthy_target();
+    target
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(rollback::RUN.to_owned(), request.id());
+    target
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ATTEMPTED_GENERATION.to_owned(), "1".to_owned());
+    let status = target.status.as_mut().expect("status");
+    status.phase = Some(RevisionPhase::Failed);
+    status.attempts = 1;
+    status.completed_at = Some(at(10));
+    status.failure = Some(Failure {
+        reason: FailureReason::Forbidden,
+        message: "deployments.apps is forbidden".into(),
+        resource: None,
+        retryable: true,
+    });
+    let (_, decision) = run_reconcile(&app, run(request), drifted, target, Vec::new());
+    assert_eq!(reasons(&decision.events), ["RollbackAbandoned", "Forbidden"]);
+    let status = decision.status.clone().expect("status");
+    let (value, reason, message, _, _) = parts(ready(&status).expect("Ready"));
+    assert_eq!((value, reason), ("False", "Forbidden"), "failed with the target's reason");
+    assert!(message.contains("abandoned") && message.contains("forbidden"), "{message}");
+    assert_eq!(decision.annotations.get(keys::ROLLBACK_REVISION), Some(&None));
+    assert_eq!(
+        decision.annotations.get(keys::ROLLBACK_FROM),
+        Some(&None),
+        "nothing held before: rollback-from goes too"
+    );
+    assert!(matches!(decision.step, Step::Report));
+    let marked = &decision.others[0];
+    assert_eq!(marked.name, format!("{APP}-held"));
+    assert!(marked.annotations.contains_key(rollback::ABANDONED));
+}
+
+#[test]
+fn under_automatic_sync_a_target_that_renders_another_state_is_abandoned_unapplied() {
+    let app = deployed_at_c2(automatic());
+    let mut changed = run(request("manual", "alice", None));
+    changed.target_state = Some("sha256:another".into());
+    let (_, decision) = run_reconcile(&app, changed, drifted, healthy_target(), Vec::new());
+    assert!(matches!(decision.step, Step::Report), "never applied");
+    assert!(decision.revision.is_none());
+    assert_eq!(reasons(&decision.events), ["RollbackAbandoned", "ValidationFailure"]);
+}
+
+#[test]
+fn under_manual_sync_a_rollback_is_approved_under_its_requester_only_while_its_fingerprint_matches()
+{
+    let app = deployed_at_c2(application(json!({"automatic": false, "prune": true}), 1));
+    let spec = json!({"sync": app.spec.sync, "strategy": app.spec.strategy});
+    let (sync, strategy) = crate::admission::canonical_sync_and_strategy(&spec);
+    let good = crate::admission::rollback_target_hash(&web().hash, &sync, &strategy);
+    let (_, approved) = run_reconcile(
+        &app,
+        run(request("manual", "alice", Some(good))),
+        drifted,
+        healthy_target(),
+        Vec::new(),
+    );
+    assert!(matches!(approved.step, Step::Sync { .. }), "{:?}", approved.step);
+    assert_eq!(reasons(&approved.events), ["RollbackApproved", "RollbackStarted"]);
+    let record = revision_status(&approved).approval.clone().expect("an approval record");
+    assert_eq!(record.approved_by, "alice");
+    assert!(record.note.is_some_and(|n| n.contains("alice")));
+
+    for (rule, hash) in [
+        ("no fingerprint: never auto-approved", None),
+        ("spec.strategy changed since the request", Some("sha256:other".to_owned())),
+    ] {
+        let (_, waiting) = run_reconcile(
+            &app,
+            run(request("manual", "alice", hash)),
+            drifted,
+            healthy_target(),
+            Vec::new(),
+        );
+        assert!(matches!(waiting.step, Step::Report), "{rule}");
+        assert_eq!(
+            revision_status(&waiting).phase,
+            Some(RevisionPhase::AwaitingApproval),
+            "{rule}"
+        );
+        assert_eq!(reasons(&waiting.events), ["RollbackTargetChanged"], "{rule}");
+        assert_eq!(
+            waiting.status.expect("status").sync.state,
+            SyncState::AwaitingApproval,
+            "{rule}"
+        );
+    }
+}
+
+#[test]
+fn a_failure_under_action_rollback_requests_the_rollback_at_once() {
+    let mut app = application(json!({"automatic": true, "prune": true}), 3);
+    app.spec.strategy.failure_policy.action = kuvryn_sync_api::FailureAction::Rollback;
+    let mut failed = healthy_target();
+    failed.metadata.annotations = Some([(ATTEMPTED_GENERATION.to_owned(), "1".to_owned())].into());
+    let status = failed.status.as_mut().expect("status");
+    status.phase = Some(RevisionPhase::Failed);
+    status.attempts = 1;
+    status.completed_at = Some(at(49));
+    status.failure = Some(Failure {
+        reason: FailureReason::HealthFailure,
+        message: "Deployment web/api is Degraded".into(),
+        resource: None,
+        retryable: true,
+    });
+    let mut state = planned_with(&web(), unchanged, PrunePlan::default(), Some(failed));
+    state.fallback = Some(rollback::Fallback { revision: "web-good".into(), commit: C2.into() });
+    let decision = decide(&app, &planned(&state), &Redactor::new(), &at(50));
+    assert!(decision.revision.is_none() && matches!(decision.step, Step::Report));
+    assert_eq!(
+        decision.annotations.get(keys::ROLLBACK_KIND),
+        Some(&Some("automatic".to_owned())),
+        "rolls back without waiting for the attempts left (maxAttempts 3)"
+    );
+    assert_eq!(decision.annotations.get(keys::ROLLBACK_REVISION), Some(&Some(C2.to_owned())));
+    assert_eq!(decision.annotations.get(keys::ROLLBACK_FROM), Some(&Some(C1.to_owned())));
+}
+
+#[test]
+fn the_course_lifts_a_hold_removes_a_pointless_request_and_ends_a_hold_on_a_new_commit() {
+    let mut app = automatic();
+    app.metadata.annotations = Some(
+        [
+            (keys::ROLLBACK_REVISION.to_owned(), C2.to_owned()),
+            (keys::ROLLBACK_FROM.to_owned(), C2.to_owned()),
+        ]
+        .into(),
+    );
+    let empty = || {
+        finish(
+            ApplicationStatus::default(),
+            ApplicationStatus::default(),
+            None,
+            Vec::new(),
+            Step::Report,
+        )
+    };
+    let lift =
+        rollback::Course::LiftHold { request: request("manual", "alice", None), held: C2.into() };
+    let lifted = with_course(empty(), &app, &lift);
+    assert_eq!(reasons(&lifted.events), ["RollbackHoldLifted"]);
+    assert_eq!(lifted.annotations.get(keys::ROLLBACK_FROM), Some(&None));
+    assert_eq!(lifted.annotations.get(keys::ROLLBACK_REVISION), Some(&None));
+    let pointless = rollback::Course::Pointless { request: request("manual", "alice", None) };
+    assert_eq!(reasons(&with_course(empty(), &app, &pointless).events), ["RollbackAbandoned"]);
+    let ended = with_course(empty(), &app, &rollback::Course::Follow { end_hold: Some(C2.into()) });
+    assert!(ended.events.is_empty());
+    assert_eq!(ended.annotations.get(keys::ROLLBACK_FROM), Some(&None));
+    let mut plain = automatic();
+    plain.metadata.annotations = None;
+    let nothing =
+        with_course(empty(), &plain, &rollback::Course::Follow { end_hold: Some(C2.into()) });
+    assert!(nothing.annotations.is_empty(), "nothing to remove writes nothing");
 }

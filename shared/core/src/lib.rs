@@ -25,6 +25,7 @@
 //! | [`helm_values`] | Helm values assembly, release names, chart registry credentials |
 //! | [`receiver`] | who may call a push or image hook, what the call says, and what it asks for |
 //! | [`repository`] | a Repository reconcile's status, Events and writes |
+//! | [`rollback`] | which commit a rollback request or hold deploys, where a failure rolls back to |
 //! | [`rollout`] | an attempt's health, its deadline, the backoff between attempts, approvals |
 //! | [`admission`] | what an Application request may change in its approval and rollback annotations, and what the webhook records |
 //! | [`application`] | an Application sync: its Revision, status, Events and step |
@@ -54,5 +55,6 @@ pub mod prune;
 pub mod receiver;
 pub mod redact;
 pub mod repository;
+pub mod rollback;
 pub mod rollout;
 pub mod url;
