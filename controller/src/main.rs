@@ -3,8 +3,9 @@
 //! This binary wires things together and keeps no decisions of its own: those live in
 //! `kuvryn-sync-core`. It serves `/healthz`, `/readyz` (ready once every Kuvryn Sync CRD is
 //! served) and `/metrics`, takes the leader Lease, and while it leads runs the reconcilers: so
-//! far the Repository reconciler (`repository`) and the Application reconciler (`application`,
-//! with the shared per-kind `watches`); the others register here as they arrive.
+//! far the Repository reconciler (`repository`, with image write-back in `image_update`), the
+//! Application reconciler (`application`, with the shared per-kind `watches`) and the
+//! ImagePolicy reconciler (`imagepolicy`); the others register here as they arrive.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,6 +16,8 @@ mod deletion;
 mod diagnose;
 mod fault;
 mod health;
+mod image_update;
+mod imagepolicy;
 mod notify;
 mod render;
 mod repository;
@@ -107,6 +110,14 @@ struct Args {
     /// registries (and by the Helm engine).
     #[arg(long, value_name = "FILE")]
     registry_ca_file: Option<std::path::PathBuf>,
+    /// ImagePolicies scanned (tags listed, digest read) at once.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    image_policy_concurrency: u16,
+    /// Commit ImagePolicy selections to Git for Repositories with spec.imageUpdate (clone,
+    /// edit the marked YAML fields, commit, push). Off by default: without it those Repositories
+    /// report ImagesUpdated=False/Disabled and nothing is pushed.
+    #[arg(long)]
+    image_write_back: bool,
     /// Time limit of one render (kustomize or Helm).
     #[arg(long, default_value = "60s", value_parser = flags::duration, value_name = "DURATION")]
     render_timeout: Duration,
@@ -159,14 +170,7 @@ async fn main() -> anyhow::Result<()> {
             format!("cannot use the Git cache under {}", args.cache_dir.display())
         })?,
     );
-    let repositories = Arc::new(repository::RepositoryContext {
-        client: client.clone(),
-        cache: Arc::clone(&cache),
-        reporter: events::controller_reporter(),
-        default_poll_interval: args.default_poll_interval,
-        git_timeout: args.git_timeout,
-        concurrency: args.repository_concurrency.max(1),
-    });
+    let registry = registry_client(&args)?;
     tokio::spawn(wait_for_crds(client.clone(), readiness));
     let mut stop = std::pin::pin!(stop);
 
@@ -191,6 +195,34 @@ async fn main() -> anyhow::Result<()> {
     if elected {
         tracing::info!(%identity, "became the leader; reconciling");
         let controllers_stop = tokio_util::sync::CancellationToken::new();
+        let image_update = if args.image_write_back {
+            image_update::ImageWriteBack::enabled(
+                client.clone(),
+                args.git_timeout,
+                args.cache_dir.join("image-update"),
+            )
+        } else {
+            image_update::ImageWriteBack::disabled(client.clone())
+        };
+        let repositories = Arc::new(repository::RepositoryContext {
+            client: client.clone(),
+            cache: Arc::clone(&cache),
+            reporter: events::controller_reporter(),
+            default_poll_interval: args.default_poll_interval,
+            git_timeout: args.git_timeout,
+            concurrency: args.repository_concurrency.max(1),
+            image_update: Arc::new(image_update),
+        });
+        let image_policies = Arc::new(imagepolicy::ImagePolicyContext {
+            client: client.clone(),
+            registry: Arc::clone(&registry),
+            reporter: events::controller_reporter(),
+            concurrency: args.image_policy_concurrency.max(1),
+        });
+        let image_policy_controller = tokio::spawn(imagepolicy::run(
+            image_policies,
+            controllers_stop.clone().cancelled_owned(),
+        ));
         let repository_controller =
             tokio::spawn(repository::run(repositories, controllers_stop.clone().cancelled_owned()));
         let (watches, triggers) =
@@ -231,6 +263,7 @@ async fn main() -> anyhow::Result<()> {
         controllers_stop.cancel();
         repository_controller.await.context("repository controller task")?;
         application_controller.await.context("application controller task")?;
+        image_policy_controller.await.context("image policy controller task")?;
     }
     ops_stop.cancel();
     // Closing the channel ends the lease task; release the Lease so a standby takes over at once.
@@ -253,6 +286,20 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// The registry client every ImagePolicy scan shares: the system roots plus `SSL_CERT_FILE` and
+/// `SSL_CERT_DIR` (how the chart mounts a private registry CA) plus `--registry-ca-file`.
+fn registry_client(
+    args: &Args,
+) -> anyhow::Result<Arc<kuvryn_sync_source::registry::RegistryClient>> {
+    let options = kuvryn_sync_source::registry::RegistryOptions {
+        extra_ca_file: args.registry_ca_file.clone(),
+        ..Default::default()
+    };
+    let client = kuvryn_sync_source::registry::RegistryClient::new(options)
+        .context("cannot set up the registry client for ImagePolicy scans")?;
+    Ok(Arc::new(client))
 }
 
 /// The render engines, from the flags.

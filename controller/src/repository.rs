@@ -10,6 +10,12 @@
 //! 6. [`write`]: the one place that writes — discovered Applications, then the status, then the
 //!    Events.
 //!
+//! Before step 1, the image write-back of a Repository with `spec.imageUpdate`
+//! ([`image_update`]): it runs first so that a commit it pushes is resolved and discovered by this
+//! same reconcile, and its `ImagesUpdated` condition is merged into the one status write of step
+//! 6 ([`decide_write_back`]), which keeps this reconciler the only writer of the Repository's
+//! conditions.
+//!
 //! Steps 1–4 return `Err(Observation::Failed)` to end observation early with a failure reason;
 //! API-server trouble is a [`ReconcileError`] and retries with backoff.
 
@@ -25,12 +31,13 @@ use kube::runtime::events::Reporter;
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{Application, CONTROLLER_NAME, FailureReason, Repository};
 use kuvryn_sync_core::discovery::{self, ConfigFileRead, DeleteAction};
+use kuvryn_sync_core::image_writeback::decide_write_back;
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_core::repository::{Decision, Observation, decide};
 use kuvryn_sync_runtime::events;
 use kuvryn_sync_source::git::{FetchRequest, GitCache, GitError};
 
-use crate::{source, triggers};
+use crate::{image_update, source, triggers};
 use kuvryn_sync_source::tree::read_config_file;
 
 /// What the reconciler needs.
@@ -45,6 +52,8 @@ pub struct RepositoryContext {
     /// Repositories reconciled at once (a slow Git host must not stall the others, nor may
     /// thousands of Repositories fetch at the same moment).
     pub concurrency: u16,
+    /// Image write-back (`spec.imageUpdate`), on or off.
+    pub image_update: Arc<image_update::ImageWriteBack>,
 }
 
 /// Errors that make the reconcile retry with backoff (API server trouble); source, credential
@@ -74,8 +83,14 @@ pub async fn run(
     // sync.kuvryn.io/reconcile-requested-at).
     let (reader, stream) =
         triggers::spec_or_annotation_changes(Api::<Repository>::all(ctx.client.clone()));
-    Controller::for_stream(stream, reader)
-        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency))
+    let mut controller = Controller::for_stream(stream, reader.clone())
+        .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency));
+    // With image write-back on, a new ImagePolicy selection reconciles the Repositories with
+    // spec.imageUpdate.
+    if let Some(policy_changes) = ctx.image_update.policy_changes(reader) {
+        controller = controller.reconcile_on(policy_changes);
+    }
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move { triggers::log_failure("Repository", &result) })
@@ -97,11 +112,15 @@ async fn reconcile(
 ) -> Result<Action, ReconcileError> {
     let namespace = repo.namespace().ok_or(ReconcileError::NoNamespace)?;
     let mut redactor = Redactor::new();
+    let write_back = ctx.image_update.run(&repo, &namespace, &mut redactor).await?;
     let observation = match observe(&repo, &namespace, &ctx, &mut redactor).await? {
         Ok(observation) | Err(observation) => observation,
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let decision = decide(&repo, &observation, &redactor, &now);
+    let mut decision = decide(&repo, &observation, &redactor, &now);
+    let images = decide_write_back(&repo, decision.status.take(), write_back.as_ref(), &now);
+    decision.status = images.status;
+    decision.events.extend(images.events);
     write(&repo, &namespace, &decision, &redactor, &ctx).await?;
     Ok(Action::requeue(poll_interval(&repo, ctx.default_poll_interval)))
 }

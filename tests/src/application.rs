@@ -99,8 +99,14 @@ impl Env {
     }
 
     pub fn start_controller(&mut self, env: &[(&str, &str)]) -> Result<()> {
+        self.start_controller_with(&[], env)
+    }
+
+    /// [`Env::start_controller`] with extra flags.
+    pub fn start_controller_with(&mut self, flags: &[&str], env: &[(&str, &str)]) -> Result<()> {
         // A long poll interval: every new commit in these tests is announced by the annotation.
-        let args = ["--default-poll-interval", "1h"];
+        let mut args = vec!["--default-poll-interval", "1h"];
+        args.extend_from_slice(flags);
         let log = self.log_path();
         self.controller = Some(ControllerProcess::start_logged(&self.cluster, &args, env, &log)?);
         Ok(())

@@ -268,6 +268,40 @@ fn chart_container_args() {
     assert_eq!(a.iter().filter(|x| x.starts_with("--default-service-account")).count(), 1);
 }
 
+#[test]
+fn chart_image_automation_values() {
+    let r = render(json!({}));
+    let controller = container(&r, CONTROLLER);
+    assert!(!args(&r, CONTROLLER).iter().any(|a| a.starts_with("--image-write-back")));
+    assert!(!args(&r, CONTROLLER).iter().any(|a| a.starts_with("--registry-ca-file")));
+    assert!(!controller["env"].to_string().contains("SSL_CERT"));
+    assert!(!controller["volumeMounts"].to_string().contains("registry-ca"));
+
+    let r = render(json!({"controller": {
+        "imageWriteBack": true,
+        "registryCA": {"secretName": "corp-registry-ca", "key": "bundle.pem"}}}));
+    let a = args(&r, CONTROLLER);
+    assert!(a.contains(&"--image-write-back".to_owned()), "{a:?}");
+    assert!(a.contains(&"--registry-ca-file=/etc/kuvryn-sync/registry-ca/bundle.pem".to_owned()));
+    let controller = container(&r, CONTROLLER);
+    let env = controller["env"].as_array().expect("env");
+    assert!(
+        env.contains(&json!({"name": "SSL_CERT_DIR", "value": "/etc/kuvryn-sync/registry-ca"})),
+        "{env:?}"
+    );
+    assert!(!env.iter().any(|e| e["name"] == "SSL_CERT_FILE"), "the system bundle stays");
+    let mounts = controller["volumeMounts"].as_array().expect("mounts");
+    assert!(mounts.contains(&json!({"name": "registry-ca",
+        "mountPath": "/etc/kuvryn-sync/registry-ca", "readOnly": true})));
+    let volumes = r.get("Deployment", CONTROLLER)["spec"]["template"]["spec"]["volumes"].clone();
+    assert!(
+        volumes.as_array().expect("volumes").contains(&json!({"name": "registry-ca",
+            "secret": {"secretName": "corp-registry-ca",
+                       "items": [{"key": "bundle.pem", "path": "bundle.pem"}]}})),
+        "{volumes}"
+    );
+}
+
 fn rules(r: &ChartRender, kind: &str, name: &str) -> Value {
     r.get(kind, name)["rules"].clone()
 }
@@ -316,7 +350,7 @@ fn chart_rbac_is_exact_and_least_privilege() {
         json!([
             {"apiGroups": [group], "resources": ["revisions"], "verbs": ["get"]},
             {"apiGroups": [group], "resources": ["repositories", "imagepolicies"], "verbs": ["get", "patch"]},
-            {"apiGroups": [group], "resources": ["applications"], "verbs": ["list"]},
+            {"apiGroups": [group], "resources": ["applications", "imagepolicies"], "verbs": ["list"]},
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
         ])
     );

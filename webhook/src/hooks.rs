@@ -33,9 +33,14 @@
 //! (`spec.source.repositoryRef.name`, or for a discovered Application the
 //! `sync.kuvryn.io/repository` label), compared exactly (see `receiver::push_matches`).
 //! Hand-made Applications count as well as discovered ones: both deploy from the Repository's
-//! fetch. The registry payload's image names are not compared with `spec.image`: the token
-//! already binds the call to one ImagePolicy, and a rescan reads the registry itself, so nothing
-//! from the payload reaches a selection.
+//! fetch.
+//!
+//! **What a registry notification rescans.** The ImagePolicy the hook was called for, whenever
+//! the notification reports a push (its token binds the call to it), and every other ImagePolicy
+//! of the same namespace whose `spec.image` is the pushed repository, compared exactly
+//! (`receiver::policies_to_rescan`): one registry webhook serves all the policies that follow an
+//! image. Nothing from the payload reaches a selection: a rescan reads the registry itself, so
+//! the payload can at most cause a scan, and only in the namespace whose token was presented.
 //!
 //! **Metrics.** Every response carries a [`HookReport`] extension (endpoint and outcome) for the
 //! server's metrics layer to count; nothing here touches a metrics registry.
@@ -45,7 +50,8 @@
 //!
 //! The webhook's service account needs: `get` on `repositories` and `imagepolicies`, `get` on
 //! `secrets` (the names come from `spec.webhook.secretRef`, so they cannot be listed in advance),
-//! `list` on `applications`, and `patch` on `repositories` and `imagepolicies`.
+//! `list` on `applications` and `imagepolicies`, and `patch` on `repositories` and
+//! `imagepolicies`.
 
 use axum::Router;
 use axum::body::Bytes;
@@ -55,6 +61,7 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kuvryn_sync_api::{Application, ImagePolicy, Repository, SecretReference, keys};
 use kuvryn_sync_core::receiver::{
@@ -248,7 +255,17 @@ async fn handle_image_policy_hook(
     let events = receiver::parse_registry_notification(&body)?;
     let outcome = receiver::image_hook_outcome(&events);
     if outcome == HookOutcome::Accepted {
-        request_reconcile::<ImagePolicy>(client, namespace, name).await?;
+        let policies = Api::<ImagePolicy>::namespaced(client.clone(), namespace)
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let images: Vec<(String, String)> =
+            policies.iter().map(|p| (p.name_any(), p.spec.image.clone())).collect();
+        let images: Vec<(&str, &str)> =
+            images.iter().map(|(n, i)| (n.as_str(), i.as_str())).collect();
+        for policy in receiver::policies_to_rescan(name, &events, &images) {
+            request_reconcile::<ImagePolicy>(client, namespace, policy).await?;
+        }
     }
     Ok(outcome)
 }

@@ -491,11 +491,38 @@ async fn image_policy_hooks_request_a_rescan_for_registry_pushes() {
     h.assert_reports_match(&statuses);
 }
 
+#[tokio::test]
+async fn a_registry_push_rescans_every_policy_of_the_namespace_following_the_image() {
+    let h = Harness::start().await;
+    h.secret("api-hook", IMAGE_TOKEN).await;
+    h.create::<ImagePolicy>(image_policy("api", Some("api-hook"))).await;
+    // The same image, without a webhook of its own.
+    h.create::<ImagePolicy>(image_policy("api-twin", None)).await;
+    let mut web = image_policy("web", None);
+    web["spec"]["image"] = json!("registry.example.invalid/acme/web");
+    h.create::<ImagePolicy>(web).await;
+    let mut elsewhere = image_policy("elsewhere", None);
+    elsewhere["spec"]["image"] = json!("ghcr.io/acme/api");
+    h.create::<ImagePolicy>(elsewhere).await;
+
+    let bearer = format!("Bearer {IMAGE_TOKEN}");
+    let (status, answer) =
+        h.post(&h.image_path("api"), &[("Authorization", &bearer)], distribution("push")).await;
+    assert_eq!(status, 202, "{answer}");
+    for rescanned in ["api", "api-twin"] {
+        let (_, requested) = h.state::<ImagePolicy>(rescanned).await;
+        requested.expect("annotated").parse::<jiff::Timestamp>().expect("RFC 3339");
+    }
+    for untouched in ["web", "elsewhere"] {
+        assert_eq!(h.state::<ImagePolicy>(untouched).await.1, None, "{untouched}");
+    }
+}
+
 /// The verbs the module documents, as a Role for the webhook's service account.
 fn documented_rules() -> Value {
     json!([
         {"apiGroups": ["sync.kuvryn.io"], "resources": ["repositories", "imagepolicies"], "verbs": ["get", "patch"]},
-        {"apiGroups": ["sync.kuvryn.io"], "resources": ["applications"], "verbs": ["list"]},
+        {"apiGroups": ["sync.kuvryn.io"], "resources": ["applications", "imagepolicies"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
     ])
 }

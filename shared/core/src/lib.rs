@@ -23,6 +23,9 @@
 //! | [`inventory`] | `status.managedKinds` before and after a sync, and the identity a sync acts as |
 //! | [`field_manager`] | an Application's server-side apply field manager |
 //! | [`helm_values`] | Helm values assembly, release names, chart registry credentials |
+//! | [`image_policy`] | which tag an ImagePolicy selects, its scan status and Events, registry logins |
+//! | [`image_update`] | byte-preserving edits of YAML fields marked for an ImagePolicy |
+//! | [`image_writeback`] | a Repository's `ImagesUpdated` condition and Events, `spec.imageUpdate.path` |
 //! | [`receiver`] | who may call a push or image hook, what the call says, and what it asks for |
 //! | [`repository`] | a Repository reconcile's status, Events and writes |
 //! | [`rollback`] | which commit a rollback request or hold deploys, where a failure rolls back to |
@@ -46,6 +49,7 @@ pub mod helm_values;
 pub mod history;
 pub mod image_policy;
 pub mod image_update;
+pub mod image_writeback;
 pub mod inventory;
 pub mod kstatus;
 pub mod notify;

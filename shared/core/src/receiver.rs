@@ -720,6 +720,79 @@ pub fn image_hook_outcome(events: &[ImageEvent]) -> HookOutcome {
     if events.is_empty() { HookOutcome::Acknowledged } else { HookOutcome::Accepted }
 }
 
+/// The names Docker Hub goes by in image references and notifications.
+const DOCKER_HUB_HOSTS: &[&str] = &["docker.io", "index.docker.io", "registry-1.docker.io"];
+
+/// `spec.image` as (registry host, repository), the way container runtimes read it: the first
+/// component is a host when it holds a `.` or a `:` or is `localhost`; otherwise the image is
+/// on Docker Hub, where a one-component name is under `library/`. Hosts are lower-cased and
+/// Docker Hub's names become `docker.io`.
+fn image_location(image: &str) -> (String, String) {
+    let (host, repository) = match image.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            (first.to_ascii_lowercase(), rest.to_owned())
+        }
+        _ => ("docker.io".to_owned(), image.to_owned()),
+    };
+    let docker_hub = DOCKER_HUB_HOSTS.contains(&host.as_str());
+    let host = if docker_hub { "docker.io".to_owned() } else { host };
+    let repository = if docker_hub && !repository.contains('/') {
+        format!("library/{repository}")
+    } else {
+        repository
+    };
+    (host, repository)
+}
+
+/// Whether the push `event` reports is to the image repository `image` (an ImagePolicy's
+/// `spec.image`). Exact comparison, never a pattern: the repository must be equal, and so must
+/// the registry host when the payload names one (distribution's `request.host`, Harbor's
+/// `resource_url`); a Docker Hub notification matches only images on Docker Hub. A Harbor payload
+/// without `resource_url` names no host and is matched on the repository alone.
+pub fn event_matches_image(event: &ImageEvent, image: &str) -> bool {
+    let (host, repository) = image_location(image);
+    let event_host = match event.format {
+        RegistryFormat::DockerHub => Some("docker.io".to_owned()),
+        _ => event.host.as_deref().map(|h| {
+            let h = h.to_ascii_lowercase();
+            if DOCKER_HUB_HOSTS.contains(&h.as_str()) { "docker.io".to_owned() } else { h }
+        }),
+    };
+    let event_repository =
+        if event.format == RegistryFormat::DockerHub && !event.repository.contains('/') {
+            format!("library/{}", event.repository)
+        } else {
+            event.repository.clone()
+        };
+    event_repository == repository && event_host.is_none_or(|h| h == host)
+}
+
+/// The ImagePolicies a notification asks to rescan, of `policies` (name, `spec.image`) in the
+/// hook's namespace: the policy the hook was called for whenever the notification reports a push
+/// (its token authenticated the call, and a rescan reads the registry itself), and every other
+/// policy whose image one of the pushes is to ([`event_matches_image`]). Sorted, without
+/// duplicates.
+pub fn policies_to_rescan<'a>(
+    hook_policy: &'a str,
+    events: &[ImageEvent],
+    policies: &[(&'a str, &'a str)],
+) -> Vec<&'a str> {
+    if events.is_empty() {
+        return Vec::new();
+    }
+    let mut names: Vec<&str> = policies
+        .iter()
+        .filter(|(_, image)| events.iter().any(|event| event_matches_image(event, image)))
+        .map(|(name, _)| *name)
+        .chain(std::iter::once(hook_policy))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
 #[cfg(test)]
 mod tests {
     // Table tests spell their row types out.
@@ -1314,5 +1387,67 @@ mod tests {
         assert_eq!(image_hook_outcome(&[]), HookOutcome::Acknowledged);
         let one = image(RegistryFormat::DockerHub, None, "a/b", Some("1"), None);
         assert_eq!(image_hook_outcome(&[one]), HookOutcome::Accepted);
+    }
+
+    #[test]
+    fn pushes_match_policies_by_registry_and_repository() {
+        // (what, payload, (policy name, spec.image) expected to be rescanned besides the
+        // hook's own policy "hooked")
+        let policies: Vec<(&str, &str)> = vec![
+            ("hooked", "reg.example:5000/other/thing"),
+            ("api", "reg.example:5000/acme/api"),
+            ("api-upper-host", "REG.example:5000/acme/api"),
+            ("api-other-registry", "ghcr.io/acme/api"),
+            ("web", "reg.example:5000/acme/web"),
+            ("hub-nginx", "nginx"),
+            ("hub-nginx-long", "docker.io/library/nginx"),
+            ("hub-user", "index.docker.io/alice/tool"),
+            ("harbor", "harbor.example/library/app"),
+        ];
+        let cases: Vec<(&str, &str, Vec<&str>)> = vec![
+            (
+                "distribution envelope: every push's repository and request.host",
+                r#"{"events":[
+                    {"action":"push","target":{"repository":"acme/api","tag":"1.3.0","digest":"sha256:ab"},"request":{"host":"reg.example:5000"}},
+                    {"action":"pull","target":{"repository":"acme/web","tag":"1"},"request":{"host":"reg.example:5000"}}]}"#,
+                vec!["api", "api-upper-host", "hooked"],
+            ),
+            (
+                "distribution push from another host matches nothing else",
+                r#"{"events":[{"action":"push","target":{"repository":"acme/api","tag":"1"},"request":{"host":"mirror.example"}}]}"#,
+                vec!["hooked"],
+            ),
+            (
+                "harbor default payload",
+                r#"{"type":"PUSH_ARTIFACT","occur_at":1,"operator":"admin","event_data":{
+                    "resources":[{"digest":"sha256:cd","tag":"2.0","resource_url":"harbor.example/library/app:2.0"}],
+                    "repository":{"name":"app","namespace":"library","repo_full_name":"library/app","repo_type":"private"}}}"#,
+                vec!["harbor", "hooked"],
+            ),
+            (
+                "docker hub user repository",
+                r#"{"callback_url":"https://registry.hub.docker.com/u/alice/tool/hook/x/","push_data":{"pushed_at":1,"pusher":"alice","tag":"latest"},
+                    "repository":{"repo_name":"alice/tool","name":"tool","namespace":"alice"}}"#,
+                vec!["hooked", "hub-user"],
+            ),
+            (
+                "docker hub official image",
+                r#"{"push_data":{"tag":"1.27"},"repository":{"repo_name":"nginx"}}"#,
+                vec!["hooked", "hub-nginx", "hub-nginx-long"],
+            ),
+            (
+                "only a pull: nothing, not even the hook's policy",
+                r#"{"events":[{"action":"pull","target":{"repository":"acme/api","tag":"1"}}]}"#,
+                vec![],
+            ),
+        ];
+        for (what, body, expected) in cases {
+            let events = parse_registry_notification(body.as_bytes()).expect(what);
+            assert_eq!(policies_to_rescan("hooked", &events, &policies), expected, "{what}");
+        }
+        // A Harbor payload without resource_url matches on the repository alone.
+        let no_host = image(RegistryFormat::Harbor, None, "library/app", Some("1"), None);
+        assert!(event_matches_image(&no_host, "harbor.example/library/app"));
+        assert!(!event_matches_image(&no_host, "harbor.example/library/app2"));
     }
 }
