@@ -34,6 +34,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::registry::{Challenge, parse_challenge, parse_token};
 use kuvryn_sync_api::FailureReason;
 use kuvryn_sync_core::redact::{Redactor, redact_shapes};
 use reqwest::Url;
@@ -489,7 +490,7 @@ impl OciSession<'_> {
                 let response = self.puller.send(builder, &token_url, self.redactor)?;
                 let response = expect_success(response, &token_url, self.redactor)?;
                 let body = read_capped(response, MAX_SMALL_BODY, &token_url, self.redactor)?;
-                let token = parse_token(&body).ok_or_else(|| {
+                let token = parse_token(&body).map(|answer| answer.token).ok_or_else(|| {
                     remote(&token_url, self.redactor, "the token answer holds no token".into())
                 })?;
                 Ok(SecretString::from(format!("Bearer {token}")))
@@ -643,57 +644,6 @@ fn same_origin(a: &Url, b: &Url) -> bool {
     a.scheme() == b.scheme()
         && a.host_str() == b.host_str()
         && a.port_or_known_default() == b.port_or_known_default()
-}
-
-/// A `WWW-Authenticate` challenge we can answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Challenge {
-    Basic,
-    Bearer { realm: String, service: Option<String> },
-}
-
-/// Parses `Basic realm="x"` or `Bearer realm="https://…",service="…",scope="…"`.
-fn parse_challenge(header: &str) -> Option<Challenge> {
-    let (scheme, params) = header.trim().split_once(' ').unwrap_or((header.trim(), ""));
-    let param = |name: &str| -> Option<String> {
-        let mut rest = params;
-        while let Some(eq) = rest.find('=') {
-            let key = rest[..eq].trim().trim_start_matches(',').trim();
-            let after = &rest[eq + 1..];
-            let (value, tail) = match after.strip_prefix('"') {
-                Some(quoted) => {
-                    let end = quoted.find('"')?;
-                    (&quoted[..end], &quoted[end + 1..])
-                }
-                None => {
-                    let end = after.find(',').unwrap_or(after.len());
-                    (&after[..end], &after[end..])
-                }
-            };
-            if key.eq_ignore_ascii_case(name) {
-                return Some(value.to_owned());
-            }
-            rest = tail;
-        }
-        None
-    };
-    if scheme.eq_ignore_ascii_case("basic") {
-        Some(Challenge::Basic)
-    } else if scheme.eq_ignore_ascii_case("bearer") {
-        Some(Challenge::Bearer { realm: param("realm")?, service: param("service") })
-    } else {
-        None
-    }
-}
-
-fn parse_token(body: &[u8]) -> Option<String> {
-    #[derive(Deserialize)]
-    struct TokenAnswer {
-        token: Option<String>,
-        access_token: Option<String>,
-    }
-    let answer: TokenAnswer = serde_json::from_slice(body).ok()?;
-    answer.token.or(answer.access_token).filter(|t| !t.is_empty())
 }
 
 /// The Helm chart layer of an OCI manifest.
@@ -981,32 +931,6 @@ mod tests {
                 assert_eq!(same_origin(&got, &base), credentials, "{entry}");
             }
         }
-    }
-
-    #[test]
-    fn challenges_parse() {
-        let cases = [
-            ("Basic realm=\"test\"", Some(Challenge::Basic)),
-            (
-                "Bearer realm=\"https://auth.example/token\",service=\"registry.example\",scope=\"repository:a/b:pull\"",
-                Some(Challenge::Bearer {
-                    realm: "https://auth.example/token".into(),
-                    service: Some("registry.example".into()),
-                }),
-            ),
-            (
-                "Bearer realm=https://r/t",
-                Some(Challenge::Bearer { realm: "https://r/t".into(), service: None }),
-            ),
-            ("Bearer service=\"x\"", None),
-            ("Negotiate abc", None),
-        ];
-        for (header, want) in cases {
-            assert_eq!(parse_challenge(header), want, "{header}");
-        }
-        assert_eq!(parse_token(br#"{"token":"t1"}"#).as_deref(), Some("t1"));
-        assert_eq!(parse_token(br#"{"access_token":"t2"}"#).as_deref(), Some("t2"));
-        assert_eq!(parse_token(br#"{"token":""}"#), None);
     }
 
     #[test]

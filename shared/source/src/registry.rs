@@ -989,15 +989,15 @@ fn realm_may_receive_login(realm: &Url, registry: &Url) -> bool {
     }
 }
 
-/// A `WWW-Authenticate` challenge we can answer.
+/// A `WWW-Authenticate` challenge we can answer (registry scans and OCI chart pulls).
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Challenge {
+pub(crate) enum Challenge {
     Basic,
     Bearer { realm: String, service: Option<String> },
 }
 
 /// The first `Basic` or `Bearer` challenge in a `WWW-Authenticate` value.
-fn parse_challenge(header: &str) -> Option<Challenge> {
+pub(crate) fn parse_challenge(header: &str) -> Option<Challenge> {
     let challenges = http_auth::parse_challenges(header).ok()?;
     challenges.into_iter().find_map(|c| {
         let param = |name: &str| {
@@ -1016,12 +1016,14 @@ fn parse_challenge(header: &str) -> Option<Challenge> {
     })
 }
 
-struct TokenAnswer {
-    token: String,
+pub(crate) struct TokenAnswer {
+    pub(crate) token: String,
     expires_in: Option<u64>,
 }
 
-fn parse_token(body: &[u8]) -> Option<TokenAnswer> {
+/// The token of a token endpoint's answer (`token` or `access_token`), refused when it could not
+/// be a header value.
+pub(crate) fn parse_token(body: &[u8]) -> Option<TokenAnswer> {
     #[derive(Deserialize)]
     struct Answer {
         token: Option<String>,
