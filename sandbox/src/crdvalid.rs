@@ -6,6 +6,7 @@
 
 use crate::resources::ResourceInfo;
 use crate::status::{ApiError, ApiResult};
+use kube::core::cel::CompiledSchema;
 use serde_json::Value;
 
 type Cause = (String, String, String);
@@ -208,6 +209,28 @@ pub fn default_and_prune(ri: &ResourceInfo, obj: &mut Value) {
     prune(obj, schema, true);
 }
 
+thread_local! {
+    /// The CEL environment with Kubernetes' libraries, built once per thread (building it
+    /// registers every function).
+    static CEL: kube::core::cel::Validator = kube::core::cel::Validator::new();
+}
+
+/// The `x-kubernetes-validations` rules of a CRD version's schema, compiled once when the CRD
+/// is read (as kube-apiserver compiles them when it loads the CRD), not on every write; `None`
+/// when the schema has no rule, so writes skip CEL altogether.
+pub fn compile_rules(schema: &Value) -> Option<std::sync::Arc<CompiledSchema>> {
+    fn has_rules(c: &CompiledSchema) -> bool {
+        // A rule that failed to compile (or a schema too deep) counts: it reports an error.
+        !c.validations.is_empty()
+            || c.properties.values().any(has_rules)
+            || c.items.as_deref().is_some_and(has_rules)
+            || c.additional_properties.as_deref().is_some_and(has_rules)
+            || c.all_of.iter().chain(&c.one_of).chain(&c.any_of).any(has_rules)
+    }
+    let compiled = kube::core::cel::compile_schema(schema);
+    has_rules(&compiled).then(|| std::sync::Arc::new(compiled))
+}
+
 /// Default, prune and validate a custom resource; `Err` is the 422 Invalid Status.
 pub fn validate(ri: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
     let Some(schema) = &ri.schema else {
@@ -216,7 +239,9 @@ pub fn validate(ri: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> ApiR
     default_and_prune(ri, obj);
     let mut errs: Vec<Cause> = vec![];
     check(obj, schema, "", &mut errs);
-    if errs.is_empty() {
+    if errs.is_empty()
+        && let Some(rules) = &ri.cel
+    {
         let mut body = obj.clone();
         if let Some(m) = body.as_object_mut() {
             m.remove("metadata");
@@ -228,9 +253,7 @@ pub fn validate(ri: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> ApiR
             }
             b
         });
-        if let Err(cel_errs) =
-            kube::core::cel::Validator::new().validate(schema, &body, old_body.as_ref())
-        {
+        if let Err(cel_errs) = CEL.with(|v| v.validate_compiled(rules, &body, old_body.as_ref())) {
             for e in cel_errs.into_vec() {
                 let at = if e.field_path.is_empty() {
                     "<nil>".to_string()

@@ -13,6 +13,7 @@ mod faults;
 mod fields;
 mod gc;
 mod identity;
+mod labelindex;
 mod matchcond;
 mod metavalid;
 mod openapi;

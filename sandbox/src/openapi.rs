@@ -98,7 +98,7 @@ pub fn gv_document(resources: &[ResourceInfo], group: &str, version: &str) -> Op
         let gvk = json!([{"group": r.group, "version": r.version, "kind": r.kind}]);
         let schema_ref = if r.custom {
             let name = crd_schema_name(r);
-            let mut s = r.schema.clone().unwrap_or_else(
+            let mut s = r.schema.as_deref().cloned().unwrap_or_else(
                 || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
             );
             if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {

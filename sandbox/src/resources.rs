@@ -27,8 +27,10 @@ pub struct ResourceInfo {
     pub storage: bool,
     /// CRD `additionalPrinterColumns` for this version.
     pub printer_columns: Vec<Value>,
-    /// CRD `openAPIV3Schema` for this version.
-    pub schema: Option<Value>,
+    /// CRD `openAPIV3Schema` for this version (shared: a ResourceInfo is cloned per request).
+    pub schema: Option<std::sync::Arc<Value>>,
+    /// The schema's CEL rules, compiled; `None` without rules.
+    pub cel: Option<std::sync::Arc<kube::core::cel::CompiledSchema>>,
     /// CRD `selectableFields` JSON paths.
     pub selectable_fields: Vec<String>,
 }
@@ -156,6 +158,7 @@ fn builtin(b: B<'_>) -> ResourceInfo {
         storage: true,
         printer_columns: vec![],
         schema: None,
+        cel: None,
         selectable_fields: vec![],
     }
 }
@@ -255,7 +258,8 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
                 .as_array()
                 .cloned()
                 .unwrap_or_default(),
-            schema: ver.pointer("/schema/openAPIV3Schema").cloned(),
+            schema: ver.pointer("/schema/openAPIV3Schema").cloned().map(std::sync::Arc::new),
+            cel: ver.pointer("/schema/openAPIV3Schema").and_then(crate::crdvalid::compile_rules),
             selectable_fields: ver["selectableFields"]
                 .as_array()
                 .into_iter()

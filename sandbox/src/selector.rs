@@ -19,6 +19,15 @@ enum Req {
 #[derive(Debug, Clone, Default)]
 pub struct LabelSelector(Vec<Req>);
 
+/// A requirement of a label selector that only objects carrying a label can meet, so that a
+/// label index can answer it: the label has one of `values` (`=`, `==`, `in`), or any value
+/// (`exists`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Narrowing<'a> {
+    Values(&'a str, &'a [String]),
+    AnyValue(&'a str),
+}
+
 fn split_top(s: &str) -> Vec<String> {
     let mut out = vec![];
     let mut depth = 0;
@@ -81,6 +90,17 @@ impl LabelSelector {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The requirements an object can meet only by carrying a label (`=`, `==`, `in`,
+    /// `exists`); `!=`, `notin` and `!` are also met by objects without the label.
+    pub fn narrowings(&self) -> impl Iterator<Item = Narrowing<'_>> {
+        self.0.iter().filter_map(|r| match r {
+            Req::Eq(k, v) => Some(Narrowing::Values(k, std::slice::from_ref(v))),
+            Req::In(k, vs) => Some(Narrowing::Values(k, vs)),
+            Req::Exists(k) => Some(Narrowing::AnyValue(k)),
+            Req::Ne(..) | Req::NotIn(..) | Req::NotExists(_) => None,
+        })
     }
 
     pub fn matches(&self, obj: &Value) -> bool {

@@ -1071,3 +1071,91 @@ async fn reflector_over_paged_lists_converges_under_churn() {
     let r = regressions.lock().expect("regressions").clone();
     assert!(r.is_empty(), "objects went back in time: {r:?}");
 }
+
+/// Ports apiserver/test/integration `TestMetadataClient` (handlers/response.go
+/// `transformResponseObject`): with `Accept: ...;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`
+/// a get, a list and a watch answer the objects' metadata only, as kube-rs' `get_metadata`,
+/// `list_metadata` and `metadata_watcher` ask; the wrong kind of the two is 406 NotAcceptable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_get_list_and_watch() {
+    let sb = common::sandbox().await;
+    let raw = Raw::new(&sb);
+    raw.create("a", json!({"app": "x"})).await;
+    raw.create("b", json!({"app": "y"})).await;
+    let client = sb.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+
+    let one = cms.get_metadata("a").await.expect("get_metadata");
+    let types = one.types.as_ref().expect("types");
+    assert_eq!(
+        (types.api_version.as_str(), types.kind.as_str()),
+        ("meta.k8s.io/v1", "PartialObjectMetadata")
+    );
+    assert_eq!(
+        one.metadata.labels.as_ref().and_then(|l| l.get("app")).map(String::as_str),
+        Some("x")
+    );
+
+    let list =
+        cms.list_metadata(&ListParams::default().labels("app=y")).await.expect("list_metadata");
+    let names: Vec<_> = list.items.iter().filter_map(|o| o.metadata.name.clone()).collect();
+    assert_eq!(names, vec!["b".to_string()]);
+    assert_eq!(list.types.kind, "PartialObjectMetadataList");
+    assert!(list.metadata.resource_version.is_some());
+
+    // An `Api` of `PartialObjectMeta` watches metadata only (kube-rs' metadata watcher).
+    let metadata: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::namespaced(cms.clone().into_client(), "default");
+    let mut events = std::pin::pin!(watcher(metadata, watcher::Config::default().labels("app=x")));
+    let first = loop {
+        match events.try_next().await.expect("watch").expect("an event") {
+            watcher::Event::InitApply(o) => break o,
+            _ => continue,
+        }
+    };
+    assert_eq!(first.metadata.name.as_deref(), Some("a"));
+    assert_eq!(first.types.as_ref().map(|t| t.kind.as_str()), Some("PartialObjectMetadata"));
+
+    // The same requests raw: metadata only, nothing else of the object.
+    let get = |path: String, accept: &'static str| {
+        let raw = &raw;
+        async move {
+            let r = raw
+                .http
+                .get(format!("{}{path}", raw.base))
+                .bearer_auth(&raw.token)
+                .header("accept", accept)
+                .send()
+                .await
+                .expect("request");
+            let code = r.status().as_u16();
+            (code, r.json::<Value>().await.expect("json"))
+        }
+    };
+    const OBJ: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    const LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    let (code, body) = get(format!("{CMS}/a"), OBJ).await;
+    assert_eq!(code, 200);
+    assert_eq!(body["data"], Value::Null, "{body}");
+    assert_eq!(body["metadata"]["name"], "a");
+    let (code, body) = get(CMS.to_string(), LIST).await;
+    assert_eq!(code, 200);
+    assert_eq!(body["items"][0]["kind"], "PartialObjectMetadata", "{body}");
+    assert_eq!(body["items"][0]["data"], Value::Null);
+    for (path, accept, message) in [
+        (
+            CMS.to_string(),
+            OBJ,
+            "you requested PartialObjectMetadata, but the requested object is a list",
+        ),
+        (
+            format!("{CMS}/a"),
+            LIST,
+            "you requested PartialObjectMetadataList, but the requested object is not a list",
+        ),
+    ] {
+        let (code, body) = get(path, accept).await;
+        assert_eq!((code, body["reason"].as_str()), (406, Some("NotAcceptable")), "{body}");
+        assert!(body["message"].as_str().is_some_and(|m| m.starts_with(message)), "{body}");
+    }
+}

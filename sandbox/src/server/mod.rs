@@ -14,7 +14,7 @@ use crate::store::Store;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +34,7 @@ pub struct App {
 
 pub type Query = HashMap<String, String>;
 
-fn json_response(code: u16, v: &Value) -> Response {
+fn json_response<T: serde::Serialize + ?Sized>(code: u16, v: &T) -> Response {
     let body = serde_json::to_vec(v).unwrap_or_default();
     (
         StatusCode::from_u16(code).unwrap_or(StatusCode::OK),

@@ -9,6 +9,7 @@ use crate::store::{self, Store, WriteOpts};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, header};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// An authenticated request.
@@ -185,16 +186,72 @@ pub(super) fn field_validation(
     Ok(msgs)
 }
 
-/// Objects served at the version the client asked for (no conversion: same schema).
-pub(super) fn at_version(ri: &ResourceInfo, v: &Value) -> Value {
+/// Objects served at the version the client asked for (no conversion: same schema); borrowed
+/// when the stored object is already at that version, so serving it copies nothing.
+pub(super) fn at_version<'a>(ri: &ResourceInfo, v: &'a Value) -> Cow<'a, Value> {
     if crate::convert::is_events_api(&ri.group, &ri.plural) {
-        return crate::convert::core_to_events(v);
+        return Cow::Owned(crate::convert::core_to_events(v));
+    }
+    let api_version = ri.api_version();
+    if v.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+        return Cow::Borrowed(v);
     }
     let mut o = v.clone();
-    if o.get("apiVersion").and_then(Value::as_str) != Some(&ri.api_version()) {
-        o["apiVersion"] = json!(ri.api_version());
+    o["apiVersion"] = json!(api_version);
+    Cow::Owned(o)
+}
+
+/// A metadata-only response asked for with `Accept: ...;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`
+/// (or `PartialObjectMetadataList` for a list), as kube-rs' `*_metadata` calls and client-go's
+/// metadata client ask (kube-apiserver's `transformResponseObject`).
+#[derive(Debug, Clone)]
+pub(super) struct PartialMetadata {
+    /// `PartialObjectMetadataList` was asked for.
+    pub list: bool,
+    /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`.
+    pub api_version: String,
+}
+
+impl PartialMetadata {
+    /// The object as `PartialObjectMetadata`: its metadata only.
+    pub fn of(&self, o: &Value) -> Value {
+        json!({"kind": "PartialObjectMetadata", "apiVersion": self.api_version,
+               "metadata": o.get("metadata").cloned().unwrap_or_else(|| json!({}))})
     }
-    o
+
+    /// 406 for the wrong one of the two kinds (a list asked for as an object or the reverse),
+    /// worded as kube-apiserver's `errNotAcceptable`.
+    pub fn check(&self, list: bool) -> ApiResult<()> {
+        if self.list == list {
+            return Ok(());
+        }
+        let message = if list {
+            "you requested PartialObjectMetadata, but the requested object is a list (*v1.PartialObjectMetadataList)"
+        } else {
+            "you requested PartialObjectMetadataList, but the requested object is not a list (*v1.PartialObjectMetadata)"
+        };
+        Err(ApiError { code: 406, reason: "NotAcceptable", message: message.into(), details: None })
+    }
+}
+
+/// The [`PartialMetadata`] the first media type of `Accept` asks for, if any.
+pub(super) fn partial_metadata_request(headers: &HeaderMap) -> Option<PartialMetadata> {
+    let accept = headers.get(header::ACCEPT)?.to_str().ok()?;
+    let first = accept.split(',').next()?;
+    let param = |name: &str| {
+        first.split(';').skip(1).find_map(|p| {
+            let (k, v) = p.split_once('=')?;
+            (k.trim() == name).then(|| v.trim())
+        })
+    };
+    let list = match param("as")? {
+        "PartialObjectMetadata" => false,
+        "PartialObjectMetadataList" => true,
+        _ => return None,
+    };
+    let version = param("v").filter(|v| matches!(*v, "v1" | "v1beta1"))?;
+    (param("g")? == "meta.k8s.io")
+        .then(|| PartialMetadata { list, api_version: format!("meta.k8s.io/{version}") })
 }
 
 /// The RBAC verb of a request on `t`.

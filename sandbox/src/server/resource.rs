@@ -2,7 +2,8 @@
 
 use super::request::{
     Request, Target, at_version, decode_body, field_validation, list_selectors, parse_rv,
-    parse_target, table_request, validate_list_options, verb_of, wait_until_fresh, write_opts,
+    parse_target, partial_metadata_request, table_request, validate_list_options, verb_of,
+    wait_until_fresh, write_opts,
 };
 use super::{error_response, json_response, with_warnings};
 use crate::faults::Action;
@@ -13,6 +14,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
 /// `/api/v1/...` or `/apis/GROUP/VERSION/...` below the group version: `rest`.
 pub(super) async fn resource_request(
@@ -134,9 +136,18 @@ async fn list_or_watch(req: &Request<'_>, t: &Target) -> ApiResult<Response> {
             wait_until_fresh(&req.app.store, parse_rv(rv)?).await?;
         }
         let table = table_request(req.headers, req.q);
-        return super::watch::watch(req.app, ri.clone(), t.ns.clone(), labels, fsel, req.q, table);
+        let partial = partial_metadata_request(req.headers);
+        if let Some(p) = &partial {
+            p.check(false)?;
+        }
+        let watch = super::watch::Watch { labels, fsel, table, partial };
+        return super::watch::watch(req.app, ri.clone(), t.ns.clone(), watch, req.q);
     }
     let q = req.q;
+    let partial = partial_metadata_request(req.headers);
+    if let Some(p) = &partial {
+        p.check(true)?;
+    }
     let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
     let cont = q.get("continue").map(String::as_str).filter(|c| !c.is_empty());
     let rv = q.get("resourceVersion").map(String::as_str).unwrap_or_default();
@@ -172,13 +183,39 @@ async fn list_or_watch(req: &Request<'_>, t: &Target) -> ApiResult<Response> {
     if let Some(r) = remaining {
         meta["remainingItemCount"] = json!(r);
     }
-    let items: Vec<Value> = items.iter().map(|o| at_version(ri, o)).collect();
+    let items: Vec<Cow<'_, Value>> = items.iter().map(|o| at_version(ri, o)).collect();
     if let Some(include) = table_request(req.headers, q) {
+        let items: Vec<Value> = items.into_iter().map(Cow::into_owned).collect();
         let t = crate::table::table(ri, &items, meta, &include, true);
         return Ok(json_response(200, &t));
     }
-    let list = json!({"kind": format!("{}List", ri.kind), "apiVersion": ri.api_version(), "metadata": meta, "items": items});
-    Ok(json_response(200, &list))
+    if let Some(p) = partial {
+        let items: Vec<Value> = items.iter().map(|o| p.of(o)).collect();
+        let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": p.api_version, "metadata": meta, "items": items});
+        return Ok(json_response(200, &list));
+    }
+    Ok(json_response(200, &List::new(ri, meta, items)))
+}
+
+/// A list body serialised from the stored objects as they are (copying none of them); its
+/// members in the order `json!` gives them (sorted keys), so the bytes are the same.
+#[derive(serde::Serialize)]
+struct List<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    items: Vec<Cow<'a, Value>>,
+    kind: String,
+    metadata: Value,
+}
+
+impl<'a> List<'a> {
+    fn new(
+        ri: &crate::resources::ResourceInfo,
+        metadata: Value,
+        items: Vec<Cow<'a, Value>>,
+    ) -> Self {
+        List { api_version: ri.api_version(), items, kind: format!("{}List", ri.kind), metadata }
+    }
 }
 
 /// `pods/log`: the simulated container's log as plain text.
@@ -199,9 +236,13 @@ fn get(req: &Request, t: &Target, name: &str) -> ApiResult<Response> {
     if t.sub == "scale" {
         return Ok(json_response(200, &super::scale::scale_of(ri, &o)));
     }
+    if let Some(p) = partial_metadata_request(req.headers) {
+        p.check(false)?;
+        return Ok(json_response(200, &p.of(&o)));
+    }
     if let Some(include) = table_request(req.headers, req.q) {
         let meta = json!({"resourceVersion": store::rv_of(&o)});
-        let t = crate::table::table(ri, &[at_version(ri, &o)], meta, &include, true);
+        let t = crate::table::table(ri, &[at_version(ri, &o).into_owned()], meta, &include, true);
         return Ok(json_response(200, &t));
     }
     Ok(json_response(200, &at_version(ri, &o)))
@@ -378,7 +419,7 @@ fn delete_collection(req: &Request, t: &Target) -> ApiResult<Response> {
     let mut deleted = vec![];
     for o in items {
         if let Ok((_, _)) = store.delete(ri, store::ns_of(&o), store::name_of(&o), &opts, dry) {
-            deleted.push(at_version(ri, &o));
+            deleted.push(at_version(ri, &o).into_owned());
         }
     }
     let list = json!({"kind": format!("{}List", ri.kind), "apiVersion": ri.api_version(), "metadata": {"resourceVersion": store.current_rv().to_string()}, "items": deleted});

@@ -1,6 +1,6 @@
 //! Watch streams.
 
-use super::request::at_version;
+use super::request::{PartialMetadata, at_version};
 use super::{App, Query};
 use crate::resources::ResourceInfo;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -13,10 +13,40 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// One watch event, serialised from the object as it is (no copy); members in the order
+/// `json!` gives them (sorted keys).
+#[derive(serde::Serialize)]
+struct WatchEvent<'a> {
+    object: &'a Value,
+    #[serde(rename = "type")]
+    etype: &'a str,
+}
+
+/// [`watch_line`] of an object already serialised: the same bytes.
+fn watch_line_of_json(etype: &str, object: &[u8]) -> Bytes {
+    let mut s = Vec::with_capacity(object.len() + 32);
+    s.extend_from_slice(b"{\"object\":");
+    s.extend_from_slice(object);
+    s.extend_from_slice(b",\"type\":");
+    let _ = serde_json::to_writer(&mut s, etype);
+    s.extend_from_slice(b"}\n");
+    Bytes::from(s)
+}
+
 fn watch_line(etype: &str, obj: &Value) -> Bytes {
-    let mut s = serde_json::to_vec(&json!({"type": etype, "object": obj})).unwrap_or_default();
+    let mut s = serde_json::to_vec(&WatchEvent { object: obj, etype }).unwrap_or_default();
     s.push(b'\n');
     Bytes::from(s)
+}
+
+/// What a watch selects and how it presents objects.
+pub(super) struct Watch {
+    pub labels: LabelSelector,
+    pub fsel: FieldSelector,
+    /// As one-row Tables (`includeObject`).
+    pub table: Option<String>,
+    /// As `PartialObjectMetadata` (bookmarks too, as kube-apiserver transforms every object).
+    pub partial: Option<PartialMetadata>,
 }
 
 /// A watch stream (<https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>):
@@ -25,11 +55,10 @@ pub(super) fn watch(
     app: &Arc<App>,
     ri: ResourceInfo,
     ns: Option<String>,
-    labels: LabelSelector,
-    fsel: FieldSelector,
+    w: Watch,
     q: &Query,
-    table: Option<String>,
 ) -> ApiResult<Response> {
+    let Watch { labels, fsel, table, partial } = w;
     let store = app.store.clone();
     let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
@@ -71,23 +100,54 @@ pub(super) fn watch(
     // Table watches: one-row Tables, column definitions only in the first event (as kube-apiserver).
     let first = std::sync::atomic::AtomicBool::new(true);
     let ri_t = ri.clone();
-    let present = move |o: &Value| -> Value {
+    // A watch sending objects as stored: the JSON of each change is made once, for every such
+    // watch (events.k8s.io Events are converted from core ones, so not as stored).
+    let served_version = ri.api_version();
+    let as_stored = partial.is_none()
+        && table.is_none()
+        && !crate::convert::is_events_api(&ri.group, &ri.plural);
+    let event_line = move |etype: &str, ev: &store::Event, line: &dyn Fn(&str, &Value) -> Bytes| {
+        if !as_stored
+            || ev.obj.get("apiVersion").and_then(Value::as_str) != Some(served_version.as_str())
+        {
+            return line(etype, &ev.obj);
+        }
+        let object =
+            ev.json.get_or_init(|| Bytes::from(serde_json::to_vec(&*ev.obj).unwrap_or_default()));
+        watch_line_of_json(etype, object)
+    };
+    // The event's line: the object at the requested version, or its Table row.
+    let ri_line = ri.clone();
+    let partial_line = partial.clone();
+    let line = move |etype: &str, o: &Value| -> Bytes {
+        let o = at_version(&ri_line, o);
+        if let Some(p) = &partial_line {
+            return watch_line(etype, &p.of(&o));
+        }
         match &table {
-            None => o.clone(),
+            None => watch_line(etype, &o),
             Some(include) => {
                 let cols = first.swap(false, std::sync::atomic::Ordering::Relaxed);
-                let meta = json!({"resourceVersion": store::rv_of(o)});
-                let mut t =
-                    crate::table::table(&ri_t, std::slice::from_ref(o), meta, include, cols);
+                let meta = json!({"resourceVersion": store::rv_of(&o)});
+                let mut t = crate::table::table(
+                    &ri_t,
+                    std::slice::from_ref(o.as_ref()),
+                    meta,
+                    include,
+                    cols,
+                );
                 if !cols && let Some(m) = t.as_object_mut() {
                     m.remove("columnDefinitions");
                 }
-                t
+                watch_line(etype, &t)
             }
         }
     };
-    let kind = ri.kind.clone();
-    let api_version = ri.api_version();
+    // Bookmarks carry the kind served, or PartialObjectMetadata.
+    let (kind, api_version) = match &partial {
+        Some(p) => ("PartialObjectMetadata".to_string(), p.api_version.clone()),
+        None => (ri.kind.clone(), ri.api_version()),
+    };
     let stream = async_stream::stream! {
         if let Some(e) = gone {
             yield Ok::<Bytes, std::convert::Infallible>(watch_line("ERROR", &e.to_status()));
@@ -97,7 +157,7 @@ pub(super) fn watch(
         let mut last = start_rv;
         for o in &initial {
             if matches(o) {
-                yield Ok(watch_line("ADDED", &present(&at_version(&ri, o))));
+                yield Ok(line("ADDED", o));
             }
         }
         // The end-of-initial-events bookmark goes, like every bookmark, only to watches that
@@ -114,17 +174,15 @@ pub(super) fn watch(
             let now_m = ev.etype != EventType::Deleted && matches(&ev.obj);
             let prev_m = ev.prev.as_ref().is_some_and(|p| matches(p));
             match (now_m, prev_m, &ev.prev) {
-                (true, true, _) => {
-                    Some(watch_line(ev.etype.as_str(), &present(&at_version(&ri, &ev.obj))))
-                }
-                (true, false, _) => Some(watch_line("ADDED", &present(&at_version(&ri, &ev.obj)))),
+                (true, true, _) => Some(event_line(ev.etype.as_str(), ev, &line)),
+                (true, false, _) => Some(event_line("ADDED", ev, &line)),
                 (false, true, Some(prev)) => {
-                    let mut old = at_version(&ri, prev);
+                    let mut old = (**prev).clone();
                     old["metadata"]["resourceVersion"] = json!(ev.rv.to_string());
-                    Some(watch_line("DELETED", &present(&old)))
+                    Some(line("DELETED", &old))
                 }
                 (false, false, None) if ev.etype == EventType::Deleted && matches(&ev.obj) => {
-                    Some(watch_line("DELETED", &present(&at_version(&ri, &ev.obj))))
+                    Some(event_line("DELETED", ev, &line))
                 }
                 _ => None,
             }
@@ -216,4 +274,19 @@ pub(super) fn watch(
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(Body::from_stream(stream))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_of_shared_json_is_the_line_of_the_object() {
+        let obj = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "labels": {"k": "v \"quoted\" ü"}}, "data": {"x": "1\n2"}});
+        for etype in ["ADDED", "MODIFIED", "DELETED"] {
+            let json = serde_json::to_vec(&obj).expect("json");
+            assert_eq!(watch_line_of_json(etype, &json), watch_line(etype, &obj), "{etype}");
+        }
+    }
 }

@@ -11,8 +11,10 @@
 //! [`workloads::plan_statefulset`], [`workloads::plan_daemonset`], [`workloads::plan_job`],
 //! [`endpoints::endpoints_for`], [`endpoints::claim_problem`]); this module only observes (one
 //! reflector per kind), plans a list of writes, performs them (status through `/status` with
-//! `kubelet`/`kube-controller-manager` as field managers) and waits until its caches show its own
-//! writes before the next pass, so that it never acts twice on a stale view.
+//! `kubelet`/`kube-controller-manager` as field managers; the writes to one object, or of one
+//! owner's Pods, in order, several objects at once as the controllers' workers do) and waits until
+//! its caches show its own writes before the next pass, so that it never acts twice on a stale
+//! view. A pass costs O(objects): dependents are found through indexes by owner and namespace.
 //!
 //! Deployments roll like the deployment controller (new ReplicaSet `<name>-<pod-template-hash>`,
 //! growth within `maxSurge`, old ReplicaSets shrinking while `replicas - maxUnavailable` stay
@@ -89,7 +91,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Event, Node, PersistentVolumeClaim, Pod, ResourceQuota, Secret, Service,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -169,7 +171,7 @@ pub async fn start_with(client: Client, opts: SimulatorOptions) -> anyhow::Resul
         quotas: watch(&client, &notify, &mut guard),
     };
     caches.wait_until_ready().await?;
-    let mut sim = Simulator { client, caches, opts, memory: Memory::default() };
+    let mut sim = Simulator { client, caches, opts, memory: Default::default() };
     Ok(tokio::spawn(async move {
         let _guard = guard;
         loop {
@@ -326,11 +328,58 @@ struct Simulator {
     client: Client,
     caches: Caches,
     opts: SimulatorOptions,
-    memory: Memory,
+    /// Locked only between awaits (lanes of a pass share it).
+    memory: std::sync::Mutex<Memory>,
 }
 
-fn same<T: Serialize>(a: &T, b: &T) -> bool {
-    serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
+/// Writes of different lanes in flight at once.
+const LANES: usize = 8;
+
+/// A check that the caches show a write.
+type Barrier = Box<dyn Fn() -> bool + Send>;
+
+impl Write {
+    /// The writes of one lane happen in order: those to one object (a status after the write
+    /// it follows), an owner's Pod and claim creates and deletes (its creates stop at the first
+    /// refusal), the repeats of one Event.
+    fn lane(&self) -> String {
+        let meta = |kind: &str, m: &ObjectMeta| {
+            format!(
+                "{kind}/{}/{}",
+                m.namespace.as_deref().unwrap_or_default(),
+                m.name.as_deref().unwrap_or_default()
+            )
+        };
+        let owner = |o: &k8s_openapi::api::core::v1::ObjectReference| format!("owner/{:?}", o.uid);
+        match self {
+            Write::CreateReplicaSet(rs) | Write::ReplicaSetStatus(rs) => {
+                meta("replicasets", &rs.metadata)
+            }
+            Write::ScaleReplicaSet { ns, name, .. } => format!("replicasets/{ns}/{name}"),
+            Write::DeploymentRevision { ns, name, .. } => format!("deployments/{ns}/{name}"),
+            Write::DeploymentStatus(d) => meta("deployments", &d.metadata),
+            Write::JobStatus(j) => meta("jobs", &j.metadata),
+            Write::CreatePod { owner: o, .. }
+            | Write::CreateClaim { owner: o, .. }
+            | Write::DeletePod { owner: o, .. } => owner(o),
+            Write::StatefulSetStatus(o) => meta("statefulsets", &o.metadata),
+            Write::DaemonSetStatus(o) => meta("daemonsets", &o.metadata),
+            Write::PodStatus { pod, .. } => meta("pods", &pod.metadata),
+            Write::CreateEndpoints(ep) | Write::ReplaceEndpoints(ep) => {
+                meta("endpoints", &ep.metadata)
+            }
+            Write::DeleteEndpoints { ns, name } => format!("endpoints/{ns}/{name}"),
+            Write::QuotaStatus(q) => meta("resourcequotas", &q.metadata),
+            Write::Event(e) => format!("event/{}", e.key()),
+        }
+    }
+}
+
+/// Whether two states are written the same: equal values serialise the same (the cheap test,
+/// true for most objects of most passes); unequal ones may still (times are written to the
+/// second), which their JSON tells.
+fn same<T: Serialize + PartialEq>(a: &T, b: &T) -> bool {
+    a == b || serde_json::to_value(a).ok() == serde_json::to_value(b).ok()
 }
 
 fn deleting<K: Resource>(o: &K) -> bool {
@@ -350,6 +399,10 @@ fn state_signature(c: &k8s_openapi::api::core::v1::ContainerStatus) -> String {
 }
 
 impl Simulator {
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Observe, decide, write.
     async fn pass(&mut self) {
         let now = Timestamp::now();
@@ -357,26 +410,25 @@ impl Simulator {
         self.execute(writes, now).await;
     }
 
+    /// Perform a pass's writes: those of one lane ([`Write::lane`]) in order, up to [`LANES`]
+    /// lanes at once, as kube-controller-manager's controllers run several workers each.
     async fn execute(&mut self, writes: Vec<Write>, now: Timestamp) {
-        let mut barrier: Vec<Box<dyn Fn() -> bool + Send>> = vec![];
-        // Owners whose Pod create failed in this pass: like the controllers' slow start, their
-        // remaining creates wait for the next pass.
-        let mut refused: Vec<String> = vec![];
+        let mut lanes: Vec<Vec<Write>> = vec![];
+        let mut lane_of: HashMap<String, usize> = HashMap::new();
         for w in writes {
-            if let Write::CreatePod { owner, .. } = &w
-                && refused.contains(&owner.uid.clone().unwrap_or_default())
-            {
-                continue;
-            }
-            let owner_uid = match &w {
-                Write::CreatePod { owner, .. } => owner.uid.clone(),
-                _ => None,
-            };
-            if let Err(e) = self.write(w, now, &mut barrier).await {
-                refused.extend(owner_uid);
-                tracing::debug!("simulator write: {e}");
-            }
+            let at = *lane_of.entry(w.lane()).or_insert_with(|| {
+                lanes.push(vec![]);
+                lanes.len() - 1
+            });
+            lanes[at].push(w);
         }
+        let this = &*self;
+        let barrier: Vec<Barrier> = futures::stream::iter(lanes)
+            .map(|lane| this.run_lane(lane, now))
+            .buffer_unordered(LANES)
+            .flat_map(futures::stream::iter)
+            .collect()
+            .await;
         // Read our own writes before the next pass, so that it does not act on stale caches.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
         while !barrier.iter().all(|f| f()) && tokio::time::Instant::now() < deadline {
@@ -384,11 +436,34 @@ impl Simulator {
         }
     }
 
+    /// One lane's writes, in order; the checks that the caches show them.
+    async fn run_lane(&self, lane: Vec<Write>, now: Timestamp) -> Vec<Barrier> {
+        let mut barrier = vec![];
+        let mut written = None;
+        // A Pod create failed: like the controllers' slow start, the owner's remaining creates
+        // (all in this lane) wait for the next pass.
+        let mut refused = false;
+        for w in lane {
+            let create = matches!(w, Write::CreatePod { .. });
+            if create && refused {
+                continue;
+            }
+            if let Err(e) = self.write(w, now, &mut barrier, &mut written).await {
+                refused |= create;
+                tracing::debug!("simulator write: {e}");
+            }
+        }
+        barrier
+    }
+
+    /// Perform one write; `written` carries the version (resourceVersion, generation) an earlier
+    /// write of the lane gave its object, for a status write of the same object that follows.
     async fn write(
-        &mut self,
+        &self,
         w: Write,
         now: Timestamp,
-        barrier: &mut Vec<Box<dyn Fn() -> bool + Send>>,
+        barrier: &mut Vec<Barrier>,
+        written: &mut Option<(Option<String>, Option<i64>)>,
     ) -> kube::Result<()> {
         let pp = |m: &str| PostParams { field_manager: Some(m.to_string()), ..Default::default() };
         let pm = |m: &str| PatchParams { field_manager: Some(m.to_string()), ..Default::default() };
@@ -411,9 +486,25 @@ impl Simulator {
                 let patch = json!({"metadata": {"annotations": {workloads::REVISION: revision}}});
                 let made =
                     api.patch(&name, &pm("kube-controller-manager"), &Patch::Merge(patch)).await?;
+                *written = Some((made.metadata.resource_version.clone(), made.metadata.generation));
                 barrier.push(seen(&self.caches.deployments, &made));
             }
-            Write::DeploymentStatus(d) => {
+            Write::DeploymentStatus(mut d) => {
+                // After the revision annotation, which bumps a Deployment's generation: the
+                // status of the object the update returned, as the deployment controller writes
+                // it, when nothing else changed the generation meanwhile (else the stale version
+                // fails with 409 and the next pass looks again).
+                if let Some((rv, generation)) = written.take()
+                    && generation == d.metadata.generation.map(|g| g + 1)
+                {
+                    d.metadata.resource_version = rv;
+                    if let Some(status) = d.status.as_mut()
+                        && status.observed_generation == d.metadata.generation
+                    {
+                        status.observed_generation = generation;
+                    }
+                    d.metadata.generation = generation;
+                }
                 let api: Api<Deployment> = Api::namespaced(c, &d.namespace().unwrap_or_default());
                 let made =
                     api.replace_status(&d.name_any(), &pp("kube-controller-manager"), &d).await?;
@@ -441,7 +532,7 @@ impl Simulator {
                         return Err(err);
                     }
                 };
-                self.memory.create_failures.remove(&uid);
+                self.memory().create_failures.remove(&uid);
                 barrier.push(seen(&self.caches.pods, &made));
                 let m = message.unwrap_or_else(|| format!("Created pod: {}", made.name_any()));
                 let e = EventSpec::new(owner, EventType::Normal, "SuccessfulCreate", m, component);
@@ -534,7 +625,7 @@ impl Simulator {
     /// A refused Pod create: remember the API error for the owner's status and record the
     /// owner's `FailedCreate` Warning in the controller's wording.
     async fn record_failed_create(
-        &mut self,
+        &self,
         pod: &Pod,
         owner: k8s_openapi::api::core::v1::ObjectReference,
         component: &'static str,
@@ -551,7 +642,7 @@ impl Simulator {
             owner.name.as_deref().unwrap_or_default(),
             &text,
         );
-        self.memory.create_failures.insert(owner.uid.clone().unwrap_or_default(), text);
+        self.memory().create_failures.insert(owner.uid.clone().unwrap_or_default(), text);
         let e = EventSpec::new(owner, EventType::Warning, "FailedCreate", message, component)
             .throttled();
         self.record(e, now).await;
@@ -559,7 +650,7 @@ impl Simulator {
 
     /// Record an event, counting repeats on the same Event like the event correlator (throttled
     /// ones at most once per [`events::THROTTLE`]).
-    async fn record(&mut self, e: EventSpec, now: Timestamp) {
+    async fn record(&self, e: EventSpec, now: Timestamp) {
         let key = e.key();
         let ns = e.regarding.namespace.clone().unwrap_or_else(|| "default".into());
         let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
@@ -568,7 +659,8 @@ impl Simulator {
             "default-scheduler" => "kube-scheduler",
             _ => "kube-controller-manager",
         };
-        match self.memory.events.get(&key).cloned() {
+        let known = self.memory().events.get(&key).cloned();
+        match known {
             Some((_, _, _, last))
                 if e.throttled
                     && now.as_millisecond() - last.as_millisecond()
@@ -584,12 +676,16 @@ impl Simulator {
                     .await
                     .is_ok()
                 {
-                    self.memory.events.insert(key, (ns, name, count + 1, now));
+                    self.memory().events.insert(key, (ns, name, count + 1, now));
                 }
             }
             None => {
-                self.memory.event_seq += 1;
-                let ev = e.to_event(now, self.memory.event_seq);
+                let seq = {
+                    let mut memory = self.memory();
+                    memory.event_seq += 1;
+                    memory.event_seq
+                };
+                let ev = e.to_event(now, seq);
                 let name = ev.metadata.name.clone().unwrap_or_default();
                 match api
                     .create(
@@ -599,7 +695,7 @@ impl Simulator {
                     .await
                 {
                     Ok(_) => {
-                        self.memory.events.insert(key, (ns, name, 1, now));
+                        self.memory().events.insert(key, (ns, name, 1, now));
                     }
                     Err(err) => tracing::debug!("simulator event: {err}"),
                 }

@@ -51,7 +51,8 @@ impl Simulator {
         let owned = PodsByOwner::index(&pods);
         let rss = c.replicasets.state();
         plan_deployments(&c, &rss, now, &mut out);
-        plan_replicasets(&rss, &owned, &self.memory.create_failures, now, &mut out);
+        let memory = self.memory.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        plan_replicasets(&rss, &owned, &memory.create_failures, now, &mut out);
         plan_jobs(&c, &owned, now, &mut out);
         let node_objs = c.nodes.state();
         let node_refs: Vec<&Node> = node_objs.iter().map(|n| &**n).collect();
@@ -85,15 +86,16 @@ impl Simulator {
         let world = world_view(&self.caches);
         let mut sorted: Vec<&Arc<Pod>> = pods.iter().filter(|p| !deleting(&***p)).collect();
         sorted.sort_by_key(|p| (p.metadata.creation_timestamp.as_ref().map(|t| t.0), p.name_any()));
-        self.memory.forget_departed(pods, now);
+        let memory = self.memory.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        memory.forget_departed(pods, now);
         for p in sorted {
             let Some(placement) = place_pod(p, node_refs, pvcs, &mut used, now, out) else {
                 continue;
             };
             let Some((idx, host_ip)) = node_index.get(&placement.node) else { continue };
             let uid = p.metadata.uid.clone().unwrap_or_default();
-            let ip = self.memory.pod_ip(&uid, p, *idx);
-            let entered = self.memory.entered_times(&uid, p, now);
+            let ip = memory.pod_ip(&uid, p, *idx);
+            let entered = memory.entered_times(&uid, p, now);
             let mut input = (**p).clone();
             if placement.bind.is_some() {
                 input.spec.get_or_insert_with(Default::default).node_name =
@@ -261,13 +263,21 @@ fn has_unbound_claim(p: &Pod, ns: &str, pvcs: &[Arc<PersistentVolumeClaim>]) -> 
 
 /// The deployment controller: Deployments -> ReplicaSets, revisions and status.
 fn plan_deployments(c: &Caches, rss: &[Arc<ReplicaSet>], now: Timestamp, out: &mut Vec<Write>) {
+    // ReplicaSets by the uid of their controlling owner, so that a pass costs O(objects), not
+    // O(Deployments × ReplicaSets).
+    let mut by_owner: HashMap<&str, Vec<&ReplicaSet>> = HashMap::new();
+    for rs in rss {
+        for r in rs.metadata.owner_references.iter().flatten() {
+            if r.controller == Some(true) {
+                by_owner.entry(r.uid.as_str()).or_default().push(&**rs);
+            }
+        }
+    }
     for d in c.deployments.state().iter().filter(|d| !deleting(&***d)) {
-        let uid = d.metadata.uid.clone().unwrap_or_default();
-        let mine: Vec<&ReplicaSet> = rss
-            .iter()
-            .map(|r| &**r)
-            .filter(|r| workloads::controlled_by(&r.metadata, &uid))
-            .collect();
+        let uid = d.metadata.uid.as_deref().unwrap_or_default();
+        let mut mine: Vec<&ReplicaSet> = by_owner.get(uid).cloned().unwrap_or_default();
+        // An object naming the same owner twice is listed once, as the filter it replaces did.
+        mine.dedup_by(|a, b| std::ptr::eq(*a, *b));
         let plan = workloads::plan_deployment(d, &mine, now);
         let ns = d.namespace().unwrap_or_default();
         for m in &plan.events {
@@ -503,9 +513,15 @@ fn plan_daemonsets(
 /// The endpoints controller: Services -> Endpoints; managed Endpoints without a Service go.
 fn plan_endpoints(c: &Caches, pods: &[Arc<Pod>], now: Timestamp, out: &mut Vec<Write>) {
     let services = c.services.state();
-    let pod_refs: Vec<&Pod> = pods.iter().map(|p| &**p).collect();
+    // A Service selects Pods of its own namespace only: each looks at those.
+    let mut pods_by_ns: HashMap<Option<&str>, Vec<&Pod>> = HashMap::new();
+    for p in pods {
+        pods_by_ns.entry(p.metadata.namespace.as_deref()).or_default().push(&**p);
+    }
+    let no_pods = Vec::new();
     for svc in services.iter().filter(|s| !deleting(&***s)) {
-        let Some(mut want) = endpoints::endpoints_for(svc, &pod_refs) else { continue };
+        let pod_refs = pods_by_ns.get(&svc.metadata.namespace.as_deref()).unwrap_or(&no_pods);
+        let Some(mut want) = endpoints::endpoints_for(svc, pod_refs) else { continue };
         let key = ObjectRef::<Endpoints>::new(&svc.name_any())
             .within(&svc.namespace().unwrap_or_default());
         match c.endpoints.get(&key) {
@@ -532,11 +548,14 @@ fn plan_endpoints(c: &Caches, pods: &[Arc<Pod>], now: Timestamp, out: &mut Vec<W
             }
         }
     }
+    let service_keys: BTreeSet<(Option<&str>, Option<&str>)> = services
+        .iter()
+        .map(|s| (s.metadata.namespace.as_deref(), s.metadata.name.as_deref()))
+        .collect();
     for ep in c.endpoints.state() {
         let managed = ep.annotations().contains_key(endpoints::TRIGGER_TIME);
-        let has_svc = services
-            .iter()
-            .any(|s| s.name_any() == ep.name_any() && s.namespace() == ep.namespace());
+        let has_svc =
+            service_keys.contains(&(ep.metadata.namespace.as_deref(), ep.metadata.name.as_deref()));
         if managed && !has_svc && !deleting(&*ep) {
             out.push(Write::DeleteEndpoints {
                 ns: ep.namespace().unwrap_or_default(),

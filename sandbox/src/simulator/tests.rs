@@ -620,3 +620,59 @@ fn replica_failure_condition_follows_the_last_create() {
         assert_eq!(got, want, "prev {prev:?}, failure {create_failure:?}");
     }
 }
+
+#[test]
+fn writes_to_one_object_or_of_one_owner_share_a_lane() {
+    use super::Write;
+    use super::events::{EventSpec, EventType};
+    use k8s_openapi::api::core::v1::ObjectReference;
+    let dep: Deployment = obj(json!({"metadata": {"name": "web", "namespace": "ns", "uid": "d1"}}));
+    let owner = |uid: &str| ObjectReference { uid: Some(uid.into()), ..Default::default() };
+    let pod_of = |name: &str| -> Box<Pod> {
+        Box::new(obj(json!({"metadata": {"name": name, "namespace": "ns"}})))
+    };
+    let create = |name: &str, uid: &str| Write::CreatePod {
+        pod: pod_of(name),
+        owner: owner(uid),
+        component: "replicaset-controller",
+        message: None,
+    };
+    let event = |reason: &str| {
+        let e =
+            EventSpec::new(owner("d1"), EventType::Normal, reason, "m", "deployment-controller");
+        Write::Event(Box::new(e))
+    };
+    let revision =
+        Write::DeploymentRevision { ns: "ns".into(), name: "web".into(), revision: "1".into() };
+    let same = [
+        // The revision annotation, then the status written for the object it returned.
+        (revision, Write::DeploymentStatus(Box::new(dep.clone()))),
+        // An owner's Pod creates stop at its first refusal, so they stay in order.
+        (create("a", "rs1"), create("b", "rs1")),
+        (
+            create("a", "rs1"),
+            Write::DeletePod {
+                ns: "ns".into(),
+                name: "c".into(),
+                owner: owner("rs1"),
+                component: "replicaset-controller",
+            },
+        ),
+        (event("ScalingReplicaSet"), event("ScalingReplicaSet")),
+    ];
+    for (a, b) in &same {
+        assert_eq!(a.lane(), b.lane(), "{a:?} / {b:?}");
+    }
+    let apart = [
+        (create("a", "rs1"), create("a", "rs2")),
+        (Write::DeploymentStatus(Box::new(dep.clone())), event("ScalingReplicaSet")),
+        (event("ScalingReplicaSet"), event("Other")),
+        (
+            Write::PodStatus { pod: pod_of("a"), bind: None },
+            Write::PodStatus { pod: pod_of("b"), bind: None },
+        ),
+    ];
+    for (a, b) in &apart {
+        assert_ne!(a.lane(), b.lane(), "{a:?} / {b:?}");
+    }
+}

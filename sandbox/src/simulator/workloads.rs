@@ -40,11 +40,6 @@ pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReferenc
     }
 }
 
-/// Whether `obj` is controlled by the object with `uid`.
-pub fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
-    meta.owner_references.iter().flatten().any(|r| r.controller == Some(true) && r.uid == uid)
-}
-
 pub fn is_active(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none()
         && !matches!(
