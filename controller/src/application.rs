@@ -38,7 +38,8 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
@@ -48,6 +49,7 @@ use kuvryn_sync_api::{
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
+use kuvryn_sync_apply::memo::DryRunMemo;
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
     cancel_superseded, decide, learn_secret_values, previous_healthy, revision_name, run_for,
@@ -102,6 +104,11 @@ pub struct ApplicationContext {
     pub renderers: crate::render::Renderers,
     /// Notification delivery (`spec.notifications`).
     pub notifier: Arc<crate::notify::Notifier>,
+    /// Every Repository, kept by the watch [`run`] already keeps for its triggers: a reconcile
+    /// reads its Repository here, and from the API server only when the store has none.
+    pub repositories: Store<Repository>,
+    /// Dry runs known to change nothing, trusted for one resync interval.
+    pub dry_runs: DryRunMemo,
 }
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
@@ -129,6 +136,7 @@ type StepResult<T> = Result<Result<T, Observation>, ReconcileError>;
 /// per-kind watches.
 pub async fn run(
     ctx: Arc<ApplicationContext>,
+    repositories: Writer<Repository>,
     triggers: tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -136,6 +144,7 @@ pub async fn run(
         triggers::spec_or_annotation_changes(Api::<Application>::all(ctx.client.clone()));
     let repositories = watcher(Api::<Repository>::all(ctx.client.clone()), Default::default())
         .default_backoff()
+        .reflect(repositories)
         .applied_objects()
         .predicate_filter(observed_revision, Default::default());
     let store = reader.clone();
@@ -309,9 +318,9 @@ async fn sync_application(
         }
         None => None,
     };
-    write(&app, &namespace, &decision, previous, &redactor, ctx).await?;
+    let written = write(&app, &namespace, &decision, previous, &redactor, ctx).await?;
     if let Some((name, others)) = history {
-        trim_history(&app, &namespace, &name, others, ctx).await?;
+        trim_history(&app, &namespace, &name, others, written, ctx).await?;
     }
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
         let outcome = sync(&app, &namespace, &decision, planned.as_ref(), ctx).await;
@@ -382,19 +391,19 @@ async fn list_revisions(
     Ok(revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items)
 }
 
-/// After new Revision `current` was written: cancel the Revisions it supersedes (`others`, the
-/// Application's Revisions before it), then delete those `spec.history.limit` no longer keeps.
+/// After new Revision `current` was written (`written`, as the API server answered): cancel the
+/// Revisions it supersedes (`all`, the Application's Revisions before it), then delete those
+/// `spec.history.limit` no longer keeps.
 async fn trim_history(
     app: &Application,
     namespace: &str,
     current: &str,
     mut all: Vec<Revision>,
+    written: Option<Revision>,
     ctx: &ApplicationContext,
 ) -> Result<(), kube::Error> {
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
-    if let Some(written) = revisions.get_opt(current).await? {
-        all.push(written);
-    }
+    all.extend(written);
     for (name, status) in cancel_superseded(&all, current, &now()) {
         write_revision_status(namespace, &name, &status, None, ctx).await?;
         if let Some(revision) = all.iter_mut().find(|r| r.metadata.name.as_deref() == Some(&name)) {
@@ -549,6 +558,7 @@ fn engine_for<'a>(
         kinds: &ctx.kinds,
         field_manager: manager,
         adopt: app.spec.sync.conflict_policy == kuvryn_sync_api::ConflictPolicy::Adopt,
+        memo: Some(&ctx.dry_runs),
     }
 }
 
@@ -593,8 +603,7 @@ async fn read_source(
     redactor: &mut Redactor,
 ) -> Result<Result<(String, FetchRequest), (FailureReason, String)>, ReconcileError> {
     let repo_name = &app.spec.source.repository_ref.name;
-    let repositories: Api<Repository> = Api::namespaced(ctx.client.clone(), namespace);
-    let Some(repo) = repositories.get_opt(repo_name).await? else {
+    let Some(repo) = repository(namespace, repo_name, ctx).await? else {
         return Ok(Err((
             FailureReason::SourceFailure,
             format!("spec.source.repositoryRef: Repository {namespace}/{repo_name} not found"),
@@ -627,6 +636,19 @@ async fn read_source(
     })
     .await?;
     Ok(found.map_err(|err| (err.reason(), err.to_string())))
+}
+
+/// Repository `namespace/name`: from the watched store, else (not seen yet, or absent) read.
+async fn repository(
+    namespace: &str,
+    name: &str,
+    ctx: &ApplicationContext,
+) -> Result<Option<Arc<Repository>>, kube::Error> {
+    if let Some(repo) = ctx.repositories.get(&ObjectRef::new(name).within(namespace)) {
+        return Ok(Some(repo));
+    }
+    let repositories: Api<Repository> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(repositories.get_opt(name).await?.map(Arc::new))
 }
 
 /// The read-only tree of `commit`, fetched with `request`.
@@ -1030,7 +1052,8 @@ async fn write(
     previous: Option<&Revision>,
     redactor: &Redactor,
     ctx: &ApplicationContext,
-) -> Result<(), kube::Error> {
+) -> Result<Option<Revision>, kube::Error> {
+    let mut written = None;
     if let Some(revision) = &decision.revision {
         let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
         let name = revision.name_any();
@@ -1039,11 +1062,13 @@ async fn write(
         body.metadata.labels = revision.metadata.labels.clone();
         body.metadata.annotations = revision.metadata.annotations.clone();
         body.metadata.owner_references = revision.metadata.owner_references.clone();
-        let apply = PatchParams::apply(CONTROLLER_NAME).force();
-        revisions.patch(&name, &apply, &Patch::Apply(&body)).await?;
+        if !previous.is_some_and(|live| same_revision_body(live, &body)) {
+            let apply = PatchParams::apply(CONTROLLER_NAME).force();
+            written = Some(revisions.patch(&name, &apply, &Patch::Apply(&body)).await?);
+        }
         if let Some(status) = &revision.status {
             let before = previous.and_then(|r| r.status.as_ref());
-            write_revision_status(namespace, &name, status, before, ctx).await?;
+            written = Some(write_revision_status(namespace, &name, status, before, ctx).await?);
         }
     }
     for other in &decision.others {
@@ -1058,7 +1083,18 @@ async fn write(
         applications.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
     }
     publish(app, &decision.events, redactor, ctx).await;
-    Ok(())
+    Ok(written)
+}
+
+/// Whether the live Revision already carries everything `body` would apply: then applying it
+/// again changes nothing, and the request is not sent (a rollout's later reconciles only move
+/// the Revision's status).
+fn same_revision_body(live: &Revision, body: &Revision) -> bool {
+    live.metadata.name == body.metadata.name
+        && live.spec == body.spec
+        && live.metadata.labels == body.metadata.labels
+        && live.metadata.annotations == body.metadata.annotations
+        && live.metadata.owner_references == body.metadata.owner_references
 }
 
 /// A write to a Revision besides the decision's own: annotations, then status.
@@ -1083,16 +1119,17 @@ async fn write_other_revision(
     Ok(())
 }
 
-/// Server-side apply of a Revision's status. A failure the new status no longer has is first
-/// removed with an explicit null: dropping a struct's fields from an apply need not drop the
-/// struct, and a `failure` left without its required fields would be refused.
+/// Server-side apply of a Revision's status; the Revision as written. A failure the new status
+/// no longer has is first removed with an explicit null: dropping a struct's fields from an
+/// apply need not drop the struct, and a `failure` left without its required fields would be
+/// refused.
 async fn write_revision_status(
     namespace: &str,
     name: &str,
     status: &RevisionStatus,
     before: Option<&RevisionStatus>,
     ctx: &ApplicationContext,
-) -> Result<(), kube::Error> {
+) -> Result<Revision, kube::Error> {
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     if status.failure.is_none() && before.is_some_and(|b| b.failure.is_some()) {
         let clear = serde_json::json!({"status": {"failure": null}});
@@ -1105,8 +1142,7 @@ async fn write_revision_status(
         "status": status,
     });
     let apply = PatchParams::apply(CONTROLLER_NAME).force();
-    revisions.patch_status(name, &apply, &Patch::Apply(&body)).await?;
-    Ok(())
+    revisions.patch_status(name, &apply, &Patch::Apply(&body)).await
 }
 
 async fn write_status(

@@ -46,8 +46,13 @@ pub async fn clean_up(
         }
     };
     let manager = field_manager::for_application(namespace, &app.name_any());
-    let engine =
-        Engine { client: &client, kinds: &ctx.kinds, field_manager: &manager, adopt: false };
+    let engine = Engine {
+        client: &client,
+        kinds: &ctx.kinds,
+        field_manager: &manager,
+        adopt: false,
+        memo: Some(&ctx.dry_runs),
+    };
     let inventory = match engine
         .inventory(
             namespace,

@@ -227,6 +227,7 @@ async fn main() -> anyhow::Result<()> {
             tokio::spawn(repository::run(repositories, controllers_stop.clone().cancelled_owned()));
         let (watches, triggers) =
             watches::ManagedWatches::new(client.clone(), controllers_stop.clone());
+        let (repositories, repository_writer) = kube::runtime::reflector::store();
         let applications = Arc::new(application::ApplicationContext {
             client: client.clone(),
             clients: ImpersonatedClients::new(config.clone(), args.impersonation_cache_size),
@@ -250,9 +251,12 @@ async fn main() -> anyhow::Result<()> {
                 args.notification_queue_size,
                 args.notification_timeout,
             )?),
+            repositories,
+            dry_runs: kuvryn_sync_apply::memo::DryRunMemo::new(args.application_resync_interval),
         });
         let application_controller = tokio::spawn(application::run(
             applications,
+            repository_writer,
             triggers,
             controllers_stop.clone().cancelled_owned(),
         ));

@@ -12,6 +12,7 @@ use kuvryn_sync_api::{ManagedKind, PlanAction, keys};
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_apply::kinds::Kinds;
+use kuvryn_sync_apply::memo::DryRunMemo;
 use kuvryn_sync_core::desired::{DesiredState, GroupKind};
 use kuvryn_sync_core::field_manager;
 use kuvryn_sync_core::plan::plan;
@@ -60,7 +61,13 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
     let client = clients.for_service_account(&namespace, "deployer")?;
     let kinds = Kinds::default();
     let manager = field_manager::for_application(&namespace, "web");
-    let engine = Engine { client: &client, kinds: &kinds, field_manager: &manager, adopt: false };
+    let engine = Engine {
+        client: &client,
+        kinds: &kinds,
+        field_manager: &manager,
+        adopt: false,
+        memo: None,
+    };
 
     // First plan: everything is created; the plan holds paths, never the Secret's value.
     let state = desired(
@@ -150,7 +157,13 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
     // Under adopt the dry run forces, and the plan lists the previous manager.
     let adopter = Engine {
         adopt: true,
-        ..Engine { client: &client, kinds: &kinds, field_manager: &manager, adopt: false }
+        ..Engine {
+            client: &client,
+            kinds: &kinds,
+            field_manager: &manager,
+            adopt: false,
+            memo: None,
+        }
     };
     let adopted = plan(
         &state.hash,
@@ -243,7 +256,13 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
 
     // A service account without rights: Forbidden, naming the verb and the resource.
     let nobody = clients.for_service_account(&namespace, "nobody")?;
-    let denied = Engine { client: &nobody, kinds: &kinds, field_manager: &manager, adopt: false };
+    let denied = Engine {
+        client: &nobody,
+        kinds: &kinds,
+        field_manager: &manager,
+        adopt: false,
+        memo: None,
+    };
     let err = observe(&denied, "web", &namespace, &state, REVISION).await.expect_err("forbidden");
     let EngineError::Forbidden { verb, resource, .. } = &err else {
         panic!("Forbidden, got {err}")
@@ -251,5 +270,75 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
     assert_eq!(*verb, "patch");
     assert!(resource.contains("ConfigMap") && resource.contains(&namespace), "{resource}");
     assert_eq!(err.reason(), kuvryn_sync_api::FailureReason::Forbidden);
+    Ok(())
+}
+
+/// A remembered dry run is not sent again while the object's fields under our manager are
+/// untouched, and is sent again once an edit takes one of them. "Not sent" is shown by taking
+/// the service account's right to patch: a dry run would be refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_dry_run_is_skipped_until_an_edit_takes_a_managed_field() -> Result<()> {
+    let cluster = TestCluster::start().await?;
+    let namespace = cluster.namespace("memo").await?;
+    let admin = cluster.client();
+    grant_deployer(&admin, &namespace, &["configmaps"]).await?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
+    let base = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let client = ImpersonatedClients::new(base, 8).for_service_account(&namespace, "deployer")?;
+    let kinds = Kinds::default();
+    let manager = field_manager::for_application(&namespace, "web");
+    let memo = DryRunMemo::new(std::time::Duration::from_secs(600));
+    let engine = Engine {
+        client: &client,
+        kinds: &kinds,
+        field_manager: &manager,
+        adopt: false,
+        memo: Some(&memo),
+    };
+    let state =
+        desired(&admin, &kinds, &namespace, vec![config_map("one", "1"), config_map("two", "2")])
+            .await?;
+    let all: Vec<_> = state.objects.iter().collect();
+    engine.apply(&all, REVISION).await?;
+    assert_eq!(memo.len(), 2, "each apply is remembered");
+
+    // Read-only now: a dry run would be Forbidden.
+    let read_only = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "deployer"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]});
+    kuvryn_sync_tests::apply::apply_raw(&admin, &kinds, &namespace, &read_only, "test-setup")
+        .await?;
+    // A status-like write by another manager to a field we do not hold changes nothing for us.
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &namespace);
+    let other = PatchParams { field_manager: Some("other-writer".into()), ..Default::default() };
+    cms.patch("one", &other, &Patch::Merge(json!({"data": {"b": "theirs"}}))).await?;
+    let observations = observe(&engine, "web", &namespace, &state, REVISION).await?;
+    let unchanged = plan(&state.hash, &observations, &Default::default());
+    assert!(
+        actions(&unchanged).iter().all(|(_, a, _)| *a == PlanAction::Unchanged),
+        "{:?}",
+        actions(&unchanged)
+    );
+
+    // An edit of a field we hold moves it to the editor: the dry run is sent (and refused).
+    let edit = PatchParams { field_manager: Some("kubectl-edit".into()), ..Default::default() };
+    cms.patch("two", &edit, &Patch::Merge(json!({"data": {"a": "edited"}}))).await?;
+    let err = observe(&engine, "web", &namespace, &state, REVISION).await.expect_err("dry run");
+    assert!(
+        matches!(&err, EngineError::Forbidden { verb: "patch", resource, .. }
+        if resource.contains("two")),
+        "{err}"
+    );
+
+    // With the right back, the plan names the edited field.
+    grant_deployer(&admin, &namespace, &["configmaps"]).await?;
+    let observations = observe(&engine, "web", &namespace, &state, REVISION).await?;
+    let drift = plan(&state.hash, &observations, &Default::default());
+    let changes: Vec<_> =
+        actions(&drift).into_iter().filter(|(_, a, _)| *a != PlanAction::Unchanged).collect();
+    assert_eq!(
+        changes,
+        vec![("ConfigMap/two".to_owned(), PlanAction::Update, vec![".data.a".to_owned()])]
+    );
     Ok(())
 }

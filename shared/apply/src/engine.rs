@@ -10,6 +10,9 @@
 //!   is held by a migrated manager (`core::plan::MIGRATED_MANAGERS`).
 //! - [`Engine::delete`] prunes.
 //!
+//! With a [`DryRunMemo`], a dry run already known to change nothing is not sent again
+//! ([`crate::memo`]).
+//!
 //! A 403 anywhere is [`EngineError::Forbidden`], naming the verb and the resource, except on the
 //! inventory's lists, where it marks the kind unlisted.
 
@@ -23,13 +26,14 @@ use kuvryn_sync_core::desired::{
     DesiredObject, GroupKind, ObjectKey, Scope, group_of, kinds_defined_by,
 };
 use kuvryn_sync_core::plan::{
-    FieldConflict, Found, Observation, blocking_conflicts, imperative_managers,
+    FieldConflict, Found, Observation, blocking_conflicts, changed_fields, imperative_managers,
     parse_conflict_message, real_conflicts,
 };
 use kuvryn_sync_core::prune::ManagedObject;
 use serde_json::Value;
 
 use crate::kinds::{Kinds, ServedKind};
+use crate::memo::DryRunMemo;
 
 /// Requests one engine makes at once (observing, or applying objects of one kind). Bounded, so
 /// one large Application cannot crowd out the others on the API server.
@@ -116,6 +120,8 @@ pub struct Engine<'a> {
     pub field_manager: &'a str,
     /// Whether conflicts are forced (`conflictPolicy: adopt`).
     pub adopt: bool,
+    /// Dry runs known to change nothing ([`crate::memo`]); `None` sends every dry run.
+    pub memo: Option<&'a DryRunMemo>,
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -184,6 +190,16 @@ impl Engine<'_> {
             }
             Err(err) => return Err(err),
         };
+        if let Some(live) = listed.filter(|live| self.known_unchanged(&object.key, live, &body)) {
+            let found =
+                Found::Present { live: live.clone(), dry_run: live.clone(), adopted: vec![] };
+            return Ok(Observation {
+                key: object.key.clone(),
+                api_version,
+                wave: object.wave,
+                found,
+            });
+        }
         let found = match self.dry_run(&api, object, &body, listed).await? {
             DryRun::Conflicts(conflicts) => Found::Conflicts(conflicts),
             DryRun::Applied { result, adopted } => {
@@ -194,11 +210,27 @@ impl Engine<'_> {
                 };
                 match live {
                     None => Found::Absent,
-                    Some(live) => Found::Present { live, dry_run: result, adopted },
+                    Some(live) => {
+                        if adopted.is_empty() && changed_fields(&live, &result).is_empty() {
+                            self.remember(&object.key, &live, &body);
+                        }
+                        Found::Present { live, dry_run: result, adopted }
+                    }
                 }
             }
         };
         Ok(Observation { key: object.key.clone(), api_version, wave: object.wave, found })
+    }
+
+    /// Whether the [`DryRunMemo`] knows that applying `body` leaves `live` as it is.
+    fn known_unchanged(&self, key: &ObjectKey, live: &Value, body: &Value) -> bool {
+        self.memo.is_some_and(|memo| memo.unchanged(self.field_manager, key, live, body))
+    }
+
+    fn remember(&self, key: &ObjectKey, live: &Value, body: &Value) {
+        if let Some(memo) = self.memo {
+            memo.record(self.field_manager, key, live, body);
+        }
     }
 
     /// [`imperative_managers`] of the live object.
@@ -311,12 +343,13 @@ impl Engine<'_> {
             }
             other => other,
         };
-        applied.map_err(|err| {
+        let applied = applied.map_err(|err| {
             classify(err, "patch", &object.key, |message| EngineError::Apply {
                 key: object.key.clone(),
                 message,
             })
         })?;
+        self.remember(&object.key, &to_value(&applied), &body);
         Ok(())
     }
 
@@ -398,6 +431,9 @@ impl Engine<'_> {
     /// Delete `objects`, in the order given; one already gone is fine.
     pub async fn delete(&self, objects: &[ManagedObject]) -> Result<(), EngineError> {
         for object in objects {
+            if let Some(memo) = self.memo {
+                memo.forget(self.field_manager, &object.key);
+            }
             let api = self.api_for(&object.key, &object.api_version).await?;
             match api.delete(&object.key.name, &DeleteParams::background()).await {
                 Ok(_) => {}

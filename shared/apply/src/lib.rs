@@ -8,3 +8,4 @@
 pub mod clients;
 pub mod engine;
 pub mod kinds;
+pub mod memo;

@@ -143,6 +143,44 @@ pub fn imperative_managers(live: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// What decides whether a server-side apply of `body` under `manager` changes `live`: the
+/// object's identity (`uid`, and whether it is being deleted), the body, and the fields
+/// `manager` holds by apply (each `Apply` entry's `apiVersion` and `fieldsV1`; not its `time`).
+/// `None` when `manager` holds nothing by apply (never applied, or its fields were all taken).
+///
+/// Server-side apply moves a field out of a manager's set whenever another writer changes or
+/// removes its value (an update takes it, a forced apply takes it, a delete drops it), and
+/// status writes touch no manager's spec fields. So when an apply of `body` was found to change
+/// nothing (or was just made), and later the fingerprint is the same, the fields `manager` sets
+/// still hold the values `body` gives them: the same apply would again change nothing. Fields
+/// held only by others may have changed; they are not ours, so they are not drift.
+pub fn apply_fingerprint(live: &Value, body: &Value, manager: &str) -> Option<[u8; 32]> {
+    let metadata = &live["metadata"];
+    let uid = metadata["uid"].as_str()?;
+    let held: Vec<&Value> = metadata["managedFields"]
+        .as_array()?
+        .iter()
+        .filter(|e| e["manager"] == manager && e["operation"] == "Apply")
+        .filter(|e| e["subresource"].as_str().is_none_or(str::is_empty))
+        .collect();
+    if held.is_empty() {
+        return None;
+    }
+    let mut hasher = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
+    part(uid.as_bytes());
+    part(&[u8::from(metadata["deletionTimestamp"].is_string())]);
+    part(body.to_string().as_bytes());
+    for entry in held {
+        part(entry["apiVersion"].to_string().as_bytes());
+        part(entry["fieldsV1"].to_string().as_bytes());
+    }
+    Some(hasher.finalize().into())
+}
+
 /// The conflicts that stop an apply without force: [`real_conflicts`] held by managers not in
 /// `imperative` ([`imperative_managers`]).
 pub fn blocking_conflicts(
@@ -333,6 +371,86 @@ mod tests {
 
     fn managed(kind: &str, name: &str) -> ManagedObject {
         ManagedObject { key: key(kind, name), api_version: "v1".into(), prune_disabled: false }
+    }
+
+    #[test]
+    fn apply_fingerprint_moves_only_with_what_an_apply_would_change() {
+        let manager = "kuvryn-sync/web/site";
+        let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"}});
+        let entry = |manager: &str, operation: &str, fields: Value, time: &str| {
+            json!({"manager": manager, "operation": operation, "apiVersion": "v1",
+                   "time": time, "fieldsType": "FieldsV1", "fieldsV1": fields})
+        };
+        let ours = json!({"f:data": {"f:a": {}}});
+        let live = |uid: &str, entries: Vec<Value>| {
+            json!({"metadata": {"name": "site", "uid": uid, "resourceVersion": "7",
+                                "managedFields": entries},
+                   "data": {"a": "1"}})
+        };
+        let base = live("u1", vec![entry(manager, "Apply", ours.clone(), "t1")]);
+        let print = |object: &Value, body: &Value| apply_fingerprint(object, body, manager);
+        let before = print(&base, &body).expect("held by apply");
+        let mut deleting = base.clone();
+        deleting["metadata"]["deletionTimestamp"] = json!("2026-12-01T00:00:00Z");
+        let mut status_written = base.clone();
+        status_written["metadata"]["resourceVersion"] = json!("9");
+        status_written["status"] = json!({"ready": true});
+        let cases: Vec<(&str, Value, Value, Option<bool>)> = vec![
+            ("status and resourceVersion moved", status_written, body.clone(), Some(true)),
+            (
+                "our entry's time moved",
+                live("u1", vec![entry(manager, "Apply", ours.clone(), "t2")]),
+                body.clone(),
+                Some(true),
+            ),
+            (
+                "another manager added a field",
+                live(
+                    "u1",
+                    vec![
+                        entry(manager, "Apply", ours.clone(), "t1"),
+                        entry("kubectl-edit", "Update", json!({"f:data": {"f:b": {}}}), "t3"),
+                    ],
+                ),
+                body.clone(),
+                Some(true),
+            ),
+            (
+                "an edit took one of our fields",
+                live(
+                    "u1",
+                    vec![
+                        entry(manager, "Apply", json!({"f:data": {}}), "t1"),
+                        entry("kubectl-edit", "Update", ours.clone(), "t3"),
+                    ],
+                ),
+                body.clone(),
+                Some(false),
+            ),
+            (
+                "deleted and created again",
+                live("u2", vec![entry(manager, "Apply", ours.clone(), "t1")]),
+                body.clone(),
+                Some(false),
+            ),
+            ("being deleted", deleting, body.clone(), Some(false)),
+            (
+                "another body",
+                base.clone(),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "2"}}),
+                Some(false),
+            ),
+            (
+                "we hold nothing by apply",
+                live("u1", vec![entry(manager, "Update", ours.clone(), "t1")]),
+                body.clone(),
+                None,
+            ),
+            ("no managedFields", json!({"metadata": {"uid": "u1"}}), body.clone(), None),
+        ];
+        for (case, object, body, same) in cases {
+            assert_eq!(print(&object, &body).map(|p| p == before), same, "{case}");
+        }
     }
 
     fn conflict(field: &str, manager: &str) -> FieldConflict {
