@@ -35,6 +35,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::Reporter;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
@@ -109,6 +110,9 @@ pub struct ApplicationContext {
     pub repositories: Store<Repository>,
     /// Dry runs known to change nothing, trusted for one resync interval.
     pub dry_runs: DryRunMemo,
+    /// Every ServiceAccount's name (metadata only, kept by [`run`]'s watch): step 1 checks the
+    /// Application's account here, and asks the API server only when the store has none.
+    pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
 }
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
@@ -136,7 +140,10 @@ type StepResult<T> = Result<Result<T, Observation>, ReconcileError>;
 /// per-kind watches.
 pub async fn run(
     ctx: Arc<ApplicationContext>,
-    repositories: Writer<Repository>,
+    (repositories, service_accounts): (
+        Writer<Repository>,
+        Writer<PartialObjectMeta<ServiceAccount>>,
+    ),
     triggers: tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -147,8 +154,24 @@ pub async fn run(
         .reflect(repositories)
         .applied_objects()
         .predicate_filter(observed_revision, Default::default());
+    // A service account appearing (or created again) re-checks the Applications acting as it.
+    let accounts = watcher(
+        Api::<PartialObjectMeta<ServiceAccount>>::all(ctx.client.clone()),
+        Default::default(),
+    )
+    .default_backoff()
+    .modify(|account| {
+        account.metadata.managed_fields = None;
+        account.metadata.annotations = None;
+        account.metadata.labels = None;
+    })
+    .reflect(service_accounts)
+    .applied_objects()
+    .predicate_filter(account_identity, Default::default());
     let store = reader.clone();
     let dependency_store = reader.clone();
+    let account_store = reader.clone();
+    let default_account = ctx.default_service_account.clone();
     // A dependency's health, revisions or Ready changing re-evaluates its dependents.
     let dependency_changes =
         watcher(Api::<Application>::all(ctx.client.clone()), Default::default())
@@ -165,6 +188,9 @@ pub async fn run(
         .watches_stream(dependency_changes, move |changed: Application| {
             dependents_of(&dependency_store.state(), &changed)
         })
+        .watches_stream(accounts, move |account: PartialObjectMeta<ServiceAccount>| {
+            acting_as(&account_store.state(), &account, default_account.as_deref())
+        })
         .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
             triggers.recv().await.map(|request| (request, triggers))
         }));
@@ -173,6 +199,34 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move { triggers::log_failure("Application", &result) })
         .await;
+}
+
+/// A service account's identity: a trigger when one is first seen or created again, not on
+/// every update.
+fn account_identity(account: &PartialObjectMeta<ServiceAccount>) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    account.metadata.uid.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// The Applications of `account`'s namespace that act as it (`spec.serviceAccountName`, else
+/// the controller's `default`).
+fn acting_as(
+    applications: &[Arc<Application>],
+    account: &PartialObjectMeta<ServiceAccount>,
+    default: Option<&str>,
+) -> Vec<ObjectRef<Application>> {
+    let name = account.name_any();
+    applications
+        .iter()
+        .filter(|app| app.namespace() == account.namespace())
+        .filter(|app| {
+            inventory::service_account(app.spec.service_account_name.as_deref(), default)
+                == Some(name.as_str())
+        })
+        .map(|app| ObjectRef::from_obj(app.as_ref()))
+        .collect()
 }
 
 /// Reconcile a Repository's Applications when its observed commit moves (not on every poll).
@@ -580,6 +634,11 @@ async fn resolve_identity(
             None,
         )));
     };
+    let watched = ObjectRef::<PartialObjectMeta<ServiceAccount>>::new(name).within(namespace);
+    if ctx.service_accounts.get(&watched).is_some() {
+        return Ok(Ok(name.to_owned()));
+    }
+    // Not seen by the watch (yet): ask.
     let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
     match accounts.get_opt(name).await? {
         Some(_) => Ok(Ok(name.to_owned())),

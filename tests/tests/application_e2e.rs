@@ -305,6 +305,12 @@ async fn identity_and_validation_failures_apply_nothing() -> Result<()> {
     env.create_app("ghost", "apps/ok", json!({"serviceAccountName": "ghost"})).await?;
     let message = env.wait_failed("ghost", "ServiceAccountFailure").await?;
     assert!(message.contains("ghost"), "{message}");
+    // The account appearing re-checks the Application: it now acts as ghost, which has no rights.
+    let ghost: k8s_openapi::api::core::v1::ServiceAccount =
+        serde_json::from_value(json!({"metadata": {"name": "ghost"}}))?;
+    env.api().create(&PostParams::default(), &ghost).await?;
+    let message = env.wait_failed("ghost", "Forbidden").await?;
+    assert!(message.contains("patch") && message.contains("ConfigMap"), "{message}");
 
     for (name, path, says) in [
         ("foreign", "apps/foreign", "kube-system"),

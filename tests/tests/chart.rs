@@ -326,7 +326,7 @@ fn chart_rbac_is_exact_and_least_privilege() {
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-            {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
             {"apiGroups": [""], "resources": ["groups"], "verbs": ["impersonate"],
              "resourceNames": ["system:serviceaccounts"]},
