@@ -32,7 +32,7 @@ use clap::Parser;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube_lease_manager::LeaseManagerBuilder;
 use kuvryn_sync_api::{CONTROLLER_NAME, crds};
-use kuvryn_sync_apply::clients::ImpersonatedClients;
+use kuvryn_sync_apply::clients::{ImpersonatedClients, RequestObserver, observed_client};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_runtime::logging::{self, LogFormat};
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
@@ -163,7 +163,11 @@ async fn main() -> anyhow::Result<()> {
     let config = kube::Config::infer()
         .await
         .context("cannot build a Kubernetes client from the in-cluster config or KUBECONFIG")?;
-    let client = kube::Client::try_from(config.clone())
+    let count_request: RequestObserver = {
+        let metrics = metrics.clone();
+        Arc::new(move |method: &http::Method| metrics.count_api_request(method.as_str()))
+    };
+    let client = observed_client(config.clone(), Some(&count_request))
         .context("cannot build a Kubernetes client from the in-cluster config or KUBECONFIG")?;
     let cache = Arc::new(
         GitCache::new(args.cache_dir.join("git"), args.git_cache_max_bytes).with_context(|| {
@@ -231,7 +235,8 @@ async fn main() -> anyhow::Result<()> {
         let (service_accounts, account_writer) = kube::runtime::reflector::store();
         let applications = Arc::new(application::ApplicationContext {
             client: client.clone(),
-            clients: ImpersonatedClients::new(config.clone(), args.impersonation_cache_size),
+            clients: ImpersonatedClients::new(config.clone(), args.impersonation_cache_size)
+                .observed(Arc::clone(&count_request)),
             kinds: Kinds::default(),
             cache: Arc::clone(&cache),
             reporter: events::controller_reporter(),

@@ -11,6 +11,9 @@
 //!   the time until every Application had applied the commit on the way;
 //! - **peak controller RSS**: `VmHWM` of the controller process once all are Ready (and that of
 //!   the restarted controller after the re-sync);
+//! - **API requests**: every request the controller sent until all were Ready
+//!   (`kuvryn_sync_api_requests_total` on its `/metrics`), against the floor's one per object:
+//!   the API server shares the machine, so the time ratio follows this one;
 //! - **the floor**, measured in the same run before the controller starts: a plain kube-rs
 //!   server-side apply of the same 4×N objects, as the same service account (in a fresh
 //!   namespace, deleted again before the controller starts), with the apply engine's concurrency
@@ -186,6 +189,14 @@ async fn main() -> Result<()> {
         .await
         .with_context(|| format!("controller log, last lines:\n{}", env.log_tail(40)))?;
     let ready_memory = memory(pid)?;
+    // Every request the controller sent since it started (reads, dry runs, applies, status,
+    // Events, watches), against the floor's one apply per object.
+    let sent: u64 = env
+        .controller_counter("kuvryn_sync_api_requests_total")
+        .await?
+        .iter()
+        .map(|(_, count)| count)
+        .sum();
     let warnings = env.controller_log();
     let warnings = problems(&warnings);
     let ratio = progress.ready.as_secs_f64() / floor.as_secs_f64();
@@ -195,6 +206,8 @@ async fn main() -> Result<()> {
                "created_s": secs(created), "applied_s": secs(progress.applied),
                "ready_s": secs(progress.ready), "floor_s": secs(floor),
                "ratio": (ratio * 100.0).round() / 100.0,
+               "api_requests": sent, "floor_requests": 4 * apps,
+               "request_ratio": ((sent as f64 / (4 * apps) as f64) * 100.0).round() / 100.0,
                "peak_rss_mib": ready_memory.peak_mib, "rss_mib": ready_memory.rss_mib,
                "log_warnings": warnings.len(),
                "goal_ready_s": GOAL_READY_S, "goal_rss_mib": GOAL_RSS_MIB,

@@ -116,6 +116,34 @@ impl Env {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// The samples of counter `name` (such as `kuvryn_sync_renders_total`) on the running
+    /// controller's `/metrics`, as (labels, value): labels as `key="value"` pairs, in order.
+    pub async fn controller_counter(&self, name: &str) -> Result<Vec<(Vec<String>, u64)>> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let log = self.controller_log();
+        let addr = log
+            .split_whitespace()
+            .rev()
+            .find_map(|word| word.strip_prefix("ops_addr="))
+            .context("the controller log names its ops address")?;
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await?;
+        let mut samples = Vec::new();
+        for line in response.lines() {
+            let Some(rest) = line.strip_prefix(name) else { continue };
+            let (labels, value) = match rest.strip_prefix('{') {
+                Some(rest) => rest.split_once("} ").context("a sample line")?,
+                None => ("", rest.trim_start()),
+            };
+            let labels = labels.split(',').filter(|l| !l.is_empty()).map(str::to_owned).collect();
+            samples.push((labels, value.trim().parse::<u64>()?));
+        }
+        Ok(samples)
+    }
+
     pub fn api<K>(&self) -> Api<K>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>

@@ -64,32 +64,18 @@ fn files() -> Vec<(String, String)> {
 
 /// `kuvryn_sync_renders_total` by (type, outcome), from the controller's `/metrics`.
 async fn renders(env: &Env) -> Result<BTreeMap<(String, String), u64>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = env
-        .controller_log()
-        .split_whitespace()
-        .find_map(|word| word.strip_prefix("ops_addr="))
-        .context("the controller log names its ops address")?
-        .to_owned();
-    let mut stream = tokio::net::TcpStream::connect(&addr).await?;
-    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let mut counts = BTreeMap::new();
-    for line in response.lines() {
-        let Some(rest) = line.strip_prefix("kuvryn_sync_renders_total{") else { continue };
-        let (labels, value) = rest.split_once("} ").context("a sample line")?;
-        let label = |name: &str| {
-            labels
-                .split(',')
-                .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
-                .map(|v| v.trim_end_matches('"').to_owned())
-                .unwrap_or_default()
-        };
-        counts.insert((label("type"), label("outcome")), value.trim().parse::<u64>()?);
-    }
-    Ok(counts)
+    let samples = env.controller_counter("kuvryn_sync_renders_total").await?;
+    let label = |labels: &[String], name: &str| {
+        labels
+            .iter()
+            .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+            .map(|v| v.trim_end_matches('"').to_owned())
+            .unwrap_or_default()
+    };
+    Ok(samples
+        .into_iter()
+        .map(|(labels, value)| ((label(&labels, "type"), label(&labels, "outcome")), value))
+        .collect())
 }
 
 /// Engine renders (not cache hits) of `render_type`, or of every type for `None`.

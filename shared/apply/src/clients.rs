@@ -2,7 +2,27 @@
 //! used first out), built from the controller's own configuration. An empty namespace or name is
 //! an error, never a fallback to the controller's identity.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// Shown the HTTP method of every request a client sends (the controller counts them).
+pub type RequestObserver = Arc<dyn Fn(&http::Method) + Send + Sync>;
+
+/// A client for `config` that shows every request it sends to `observer` first.
+pub fn observed_client(
+    config: kube::Config,
+    observer: Option<&RequestObserver>,
+) -> Result<kube::Client, kube::Error> {
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    let Some(observer) = observer.cloned() else {
+        return Ok(builder.build());
+    };
+    let observe =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            observer(request.method());
+            request
+        });
+    Ok(builder.with_layer(&observe).build())
+}
 
 /// The username Kubernetes gives service account `namespace/name`.
 pub fn service_account_user(namespace: &str, name: &str) -> String {
@@ -33,6 +53,7 @@ type Key = (String, String);
 pub struct ImpersonatedClients {
     base: kube::Config,
     capacity: usize,
+    observer: Option<RequestObserver>,
     /// Most recently used last.
     cache: Mutex<Vec<(Key, kube::Client)>>,
 }
@@ -46,7 +67,12 @@ impl std::fmt::Debug for ImpersonatedClients {
 impl ImpersonatedClients {
     /// Clients derived from `base` (the controller's configuration), keeping at most `capacity`.
     pub fn new(base: kube::Config, capacity: usize) -> Self {
-        Self { base, capacity: capacity.max(1), cache: Mutex::new(Vec::new()) }
+        Self { base, capacity: capacity.max(1), observer: None, cache: Mutex::new(Vec::new()) }
+    }
+
+    /// These clients, each showing its requests to `observer` ([`observed_client`]).
+    pub fn observed(self, observer: RequestObserver) -> Self {
+        Self { observer: Some(observer), ..self }
     }
 
     /// A client acting as service account `namespace/name`.
@@ -72,7 +98,7 @@ impl ImpersonatedClients {
         let mut config = self.base.clone();
         config.auth_info.impersonate = Some(service_account_user(namespace, name));
         config.auth_info.impersonate_groups = Some(service_account_groups(namespace));
-        let client = kube::Client::try_from(config)?;
+        let client = observed_client(config, self.observer.as_ref())?;
         if cache.len() >= self.capacity {
             cache.remove(0);
         }

@@ -84,12 +84,26 @@ pub struct NotificationLabels {
     pub outcome: String,
 }
 
+/// Name of the counter of requests the controller sent to the Kubernetes API, as itself or as an
+/// Application's service account, by HTTP method (the registry appends `_total`).
+pub const API_REQUESTS: &str = "kuvryn_sync_api_requests";
+
+/// The methods [`API_REQUESTS`] names; any other is counted as `OTHER`.
+const API_METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// Labels of [`API_REQUESTS`]: the HTTP method only (watches are GETs).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiRequestLabels {
+    pub method: String,
+}
+
 /// The metrics the controller exports.
 #[derive(Clone, Debug, Default)]
 pub struct ControllerMetrics {
     lifecycle_events: Family<LifecycleLabels, Counter>,
     renders: Family<RenderLabels, Counter>,
     notifications: Family<NotificationLabels, Counter>,
+    api_requests: Family<ApiRequestLabels, Counter>,
 }
 
 impl ControllerMetrics {
@@ -112,7 +126,19 @@ impl ControllerMetrics {
             "Notifications sent, failed and dropped, by sink type",
             metrics.notifications.clone(),
         );
+        registry.register(
+            API_REQUESTS,
+            "Requests sent to the Kubernetes API (as the controller or as an Application's \
+             service account), by HTTP method",
+            metrics.api_requests.clone(),
+        );
         metrics
+    }
+
+    /// Count one request sent to the Kubernetes API with HTTP `method`.
+    pub fn count_api_request(&self, method: &str) {
+        let method = API_METHODS.iter().find(|m| **m == method).copied().unwrap_or("OTHER");
+        self.api_requests.get_or_create(&ApiRequestLabels { method: method.to_owned() }).inc();
     }
 
     /// Count one render of `render_type`.
@@ -180,6 +206,24 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn api_requests_are_counted_by_a_closed_set_of_methods() {
+        let mut registry = Registry::default();
+        let metrics = ControllerMetrics::register(&mut registry);
+        for method in ["PATCH", "PATCH", "GET", "TRACE", "BREW"] {
+            metrics.count_api_request(method);
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
+        for line in [
+            r#"kuvryn_sync_api_requests_total{method="PATCH"} 2"#,
+            r#"kuvryn_sync_api_requests_total{method="GET"} 1"#,
+            r#"kuvryn_sync_api_requests_total{method="OTHER"} 2"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from\n{text}");
+        }
     }
 
     #[test]
