@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use kuvryn_sync_certs::{CertRequest, generate};
 use kuvryn_sync_tests::cluster::workspace_binary;
 use serde_json::{Value, json};
 
@@ -156,11 +155,7 @@ fn client_trusting(ca_pem: &str) -> Result<reqwest::Client> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let certs = generate(&CertRequest {
-        dns_names: vec!["localhost".into()],
-        ip_addresses: vec!["127.0.0.1".parse()?],
-        validity_days: 1,
-    })?;
+    let certs = kuvryn_sync_tests::localhost_certs()?;
     certs.write_to(dir.path())?;
     // KSYNC_WEBHOOK_BINARY picks another build (e.g. target/release/kuvryn-sync-webhook).
     let binary = match std::env::var_os("KSYNC_WEBHOOK_BINARY") {

@@ -17,7 +17,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
 use hmac::{Hmac, Mac};
-use kuvryn_sync_certs::{CertRequest, generate};
 use sha2::Sha256;
 
 use crate::cluster::wait_for;
@@ -91,11 +90,7 @@ impl Receiver {
     pub async fn start(script: Script) -> Result<Self> {
         kuvryn_sync_runtime::tls::install_crypto_provider();
         let dir = tempfile::tempdir()?;
-        let certs = generate(&CertRequest {
-            dns_names: vec!["localhost".into()],
-            ip_addresses: vec!["127.0.0.1".parse()?],
-            validity_days: 1,
-        })?;
+        let certs = crate::localhost_certs()?;
         let mut bundle =
             std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
         bundle.push('\n');

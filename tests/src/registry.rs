@@ -28,7 +28,6 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use axum_server::tls_rustls::RustlsConfig;
 use base64::Engine as _;
-use kuvryn_sync_certs::{CertRequest, generate};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
@@ -259,11 +258,7 @@ impl ScriptedRegistry {
     pub async fn start(script: Script) -> Result<Self> {
         kuvryn_sync_runtime::tls::install_crypto_provider();
         let dir = tempfile::tempdir()?;
-        let certs = generate(&CertRequest {
-            dns_names: vec!["localhost".into()],
-            ip_addresses: vec!["127.0.0.1".parse()?],
-            validity_days: 1,
-        })?;
+        let certs = crate::localhost_certs()?;
         let ca_file = dir.path().join("ca.pem");
         std::fs::write(&ca_file, &certs.ca_cert_pem)?;
         let tls = RustlsConfig::from_pem(certs.cert_pem.into_bytes(), certs.key_pem.into_bytes())

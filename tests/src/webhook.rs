@@ -8,7 +8,6 @@ use std::process::{Child, Command, Stdio};
 use anyhow::{Context, Result, bail};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
-use kuvryn_sync_certs::{CertRequest, generate};
 use kuvryn_sync_webhook::routes::{ADMIT_APPLICATIONS, VALIDATE_HEALTHCHECKS};
 use serde_json::json;
 
@@ -38,12 +37,7 @@ impl WebhookProcess {
     /// Start the webhook against `cluster`.
     pub fn start(cluster: &TestCluster) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let request = CertRequest {
-            dns_names: vec!["localhost".into()],
-            ip_addresses: vec!["127.0.0.1".parse()?],
-            validity_days: 1,
-        };
-        let certs = generate(&request)?;
+        let certs = crate::localhost_certs()?;
         certs.write_to(dir.path())?;
         Self::start_with(cluster, dir, certs.ca_cert_pem)
     }

@@ -506,11 +506,7 @@ async fn pod_denier() -> Result<(String, String, axum_server::Handle<std::net::S
     use axum::Json;
     use base64::Engine as _;
     kuvryn_sync_runtime::tls::install_crypto_provider();
-    let certs = kuvryn_sync_certs::generate(&kuvryn_sync_certs::CertRequest {
-        dns_names: vec!["localhost".into()],
-        ip_addresses: vec!["127.0.0.1".parse()?],
-        validity_days: 1,
-    })?;
+    let certs = kuvryn_sync_tests::localhost_certs()?;
     let app = axum::Router::new().route(
         "/validate",
         axum::routing::post(|Json(review): Json<Value>| async move {
