@@ -522,7 +522,7 @@ fn start_run(
             })
         } else {
             // Approved with `ksync sync` after all, or waiting for it.
-            match rollout::approval(app, &name, &digest, &planned.desired.hash, None, now) {
+            match rollout::approval(app, &name, &digest, &planned.desired.hash, None) {
                 Verdict::Approved(record) => Some(record),
                 _ => {
                     return wait_for_rollback_approval(
@@ -827,7 +827,7 @@ fn attempt(
     if !app.spec.sync.automatic && !approved_by_run {
         let recorded = existing_status.and_then(|s| s.approval.as_ref());
         let digest = planned.plan.digest.as_str();
-        match rollout::approval(app, &name, digest, &planned.desired.hash, recorded, now) {
+        match rollout::approval(app, &name, digest, &planned.desired.hash, recorded) {
             Verdict::Approved(record) => {
                 revision.status.get_or_insert_with(Default::default).approval = Some(record);
             }

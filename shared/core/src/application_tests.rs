@@ -2366,9 +2366,9 @@ fn approve(app: &mut Application, revision: &str, digest: &str, approved_at: Opt
         (keys::APPROVED_BY.to_owned(), "alice".to_owned()),
     ]
     .into();
-    if let Some(approved_at) = approved_at {
-        annotations.insert(keys::APPROVED_AT.to_owned(), approved_at.to_owned());
-    }
+    // As the webhook records it; the default is an approval at the start of the day.
+    let approved_at = approved_at.unwrap_or("2026-12-01T00:00:00Z");
+    annotations.insert(keys::APPROVED_AT.to_owned(), approved_at.to_owned());
     app.metadata.annotations = Some(annotations);
 }
 
@@ -2484,25 +2484,37 @@ fn an_approval_of_the_plan_digest_syncs_and_covers_the_retries() {
 }
 
 #[test]
-fn an_approval_without_approved_at_is_recorded_at_the_reconcile() {
-    let mut app = application(json!({"automatic": false}), 1);
+fn an_approval_whose_audit_record_was_removed_is_no_approval() {
+    // The webhook writes approved-by and approved-at with the digest it checked; without them
+    // nobody is on record as approving, so the plan waits, with nothing applied.
     let state = web();
     let planned_state = planned_with(&state, absent, PrunePlan::default(), None);
     let name = revision_name(APP, C1, &state.hash);
+    let mut app = application(json!({"automatic": false}), 1);
     approve(&mut app, &name, &planned_state.plan.digest, None);
+    app.metadata.annotations.as_mut().expect("annotations").remove(keys::APPROVED_AT);
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    assert_eq!(d.step, Step::Report);
+    assert_eq!(reasons(&d.events), vec!["PlanCreated", "ApprovalRequired"]);
+    let rs = revision_status(&d);
+    assert_eq!((rs.phase, &rs.approval), (Some(RevisionPhase::AwaitingApproval), &None));
+
+    // With the record, the same approval syncs and is recorded as the webhook wrote it.
+    approve(&mut app, &name, &planned_state.plan.digest, Some("2026-12-01T10:00:00Z"));
     let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     assert_eq!(d.step, Step::Sync { prune: vec![] });
     assert_eq!(reasons(&d.events), vec!["PlanCreated", "DeploymentStarted"]);
+    let approval = revision_status(&d).approval.clone().expect("recorded");
     assert_eq!(
-        revision_status(&d).approval,
-        Some(Approval {
-            approved_by: "alice".into(),
-            approved_at: at(30),
-            plan_digest: planned_state.plan.digest.clone(),
-            desired_state_hash: state.hash.clone(),
-            note: None,
-        })
+        (approval.approved_by.as_str(), approval.approved_at.0.to_string()),
+        ("alice", "2026-12-01T10:00:00Z".to_owned())
     );
+
+    // approved-by removed: no approval either.
+    let annotations = app.metadata.annotations.as_mut().expect("annotations");
+    annotations.remove(keys::APPROVED_BY);
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    assert_eq!(d.step, Step::Report);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,10 +12,22 @@
 //! **Cost budget.** `cel` has no cost accounting either, so the budget is ours and explicit:
 //! - *at admission* (static): at most [`MAX_NODES`] syntax nodes and at most
 //!   [`MAX_COMPREHENSION_DEPTH`] nested comprehensions (`all`, `exists`, `map`, `filter`, ...);
-//! - *at run time*: the estimated cost, nodes × (longest list in the object + 1) ^ comprehension
-//!   depth, must stay within [`MAX_RUNTIME_COST`], and the object at most [`MAX_OBJECT_BYTES`]
-//!   when serialised. A rule over the budget is not run: it reports the object Progressing with
-//!   `HealthCheckFailed`, as an erroring rule does, so the rollout holds instead of passing.
+//! - *before running* (estimated on the object at hand): every syntax node costs 1, and a
+//!   comprehension costs its loop body once per element of the list or map it walks. The size of
+//!   a range that is a field path of `object` (`object.data`, `object.spec.containers`) is read
+//!   from the object itself; any other range (a bound variable, a computed list) is charged as the
+//!   largest list *or map* anywhere in the object. So `object.data.all(k, object.data.exists(j,
+//!   ...))` costs about keys², not a constant: the estimate grows with the maps and lists the
+//!   rule walks. It must stay within [`MAX_RUNTIME_COST`], and the object at most
+//!   [`MAX_OBJECT_BYTES`] when serialised;
+//! - *while running*: every read of `object` is counted, and evaluation stops once the count
+//!   passes the same [`MAX_RUNTIME_COST`], so a rule the estimate misjudged is cut off too (the
+//!   count is deterministic: a rule does not pass or fail with the machine's load).
+//!
+//! A rule over the budget reports the object Progressing with `HealthCheckFailed`, as an
+//! erroring rule does, so the rollout holds instead of passing. The static limits are checked by
+//! [`compile`], which admission and evaluation share, so a rule refused at one is refused at the
+//! other.
 //!
 //! Evaluation converts the object to CEL values here rather than through `cel::to_value`, so that
 //! JSON integers are CEL `int` (Kubernetes' CEL does the same; `object.spec.replicas == 3` must
@@ -37,7 +49,8 @@ pub const MAX_EXPRESSION_LENGTH: usize = 4096;
 pub const MAX_NODES: usize = 1000;
 /// Most nested comprehensions in one expression (static budget).
 pub const MAX_COMPREHENSION_DEPTH: usize = 2;
-/// Largest estimated evaluation cost (runtime budget): nodes × (longest list + 1) ^ depth.
+/// Largest evaluation cost, estimated before running (nodes, with each comprehension's body
+/// charged once per element it walks) and counted while running (reads of `object`).
 pub const MAX_RUNTIME_COST: u64 = 1_000_000;
 /// Largest object, serialised, a rule is evaluated on (runtime budget).
 pub const MAX_OBJECT_BYTES: usize = 1024 * 1024;
@@ -90,8 +103,6 @@ impl std::fmt::Display for RuleDenial {
 #[derive(Debug)]
 pub struct CompiledExpression {
     program: cel::Program,
-    nodes: usize,
-    depth: usize,
 }
 
 /// Compile `expression` and check what can be checked without running it.
@@ -120,7 +131,7 @@ pub fn compile(expression: &str) -> Result<CompiledExpression, RuleError> {
         let found = format!("{nodes} nodes, {depth} nested comprehension(s)");
         return Err(RuleError::OverBudget { found });
     }
-    Ok(CompiledExpression { program, nodes, depth })
+    Ok(CompiledExpression { program })
 }
 
 /// Every refused rule of a HealthCheck, in rule order.
@@ -155,17 +166,62 @@ pub fn evaluate(
         let why = format!("the object is {bytes} bytes, over {MAX_OBJECT_BYTES}");
         return Err(EvaluationError::OverBudget { why });
     }
-    let cost = estimated_cost(compiled, longest_list(object));
+    let sizes = CollectionSizes { object, largest: largest_collection(object) };
+    let cost = estimated_cost(compiled.program.expression(), &sizes);
     if cost > MAX_RUNTIME_COST {
         let why = format!("estimated cost {cost}, over {MAX_RUNTIME_COST}");
         return Err(EvaluationError::OverBudget { why });
     }
+    run_counted(compiled, object, MAX_RUNTIME_COST)
+}
+
+/// Run `compiled` on `object`, stopping once `object` has been read more than `budget` times.
+fn run_counted(
+    compiled: &CompiledExpression,
+    object: &serde_json::Value,
+    budget: u64,
+) -> Result<bool, EvaluationError> {
+    let reads = CountedObject::new(json_to_cel(object), budget);
     let mut context = cel::Context::default();
-    context.add_variable_from_value(OBJECT_VARIABLE, json_to_cel(object));
-    match compiled.program.execute(&context) {
+    context.set_variable_resolver(&reads);
+    let result = compiled.program.execute(&context);
+    if reads.exhausted() {
+        let why = format!("more than {budget} reads of `object` while running");
+        return Err(EvaluationError::OverBudget { why });
+    }
+    match result {
         Ok(cel::Value::Bool(answer)) => Ok(answer),
         Ok(other) => Err(EvaluationError::NotBool { what: format!("{:?}", other.type_of()) }),
         Err(err) => Err(EvaluationError::Failed { problem: first_line(&err.to_string()) }),
+    }
+}
+
+/// `object` for the interpreter, counting every read. Once the budget is spent every read
+/// answers null, which makes the next field access, comparison or loop step fail, so the
+/// interpreter unwinds at once; [`evaluate`] then reports the budget, not that failure.
+struct CountedObject {
+    object: cel::Value,
+    reads: std::sync::atomic::AtomicU64,
+    budget: u64,
+}
+
+impl CountedObject {
+    fn new(object: cel::Value, budget: u64) -> Self {
+        Self { object, reads: std::sync::atomic::AtomicU64::new(0), budget }
+    }
+
+    fn exhausted(&self) -> bool {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed) > self.budget
+    }
+}
+
+impl cel::context::VariableResolver for CountedObject {
+    fn resolve(&self, variable: &str) -> Option<cel::Value> {
+        if variable != OBJECT_VARIABLE {
+            return None;
+        }
+        let before = self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(if before >= self.budget { cel::Value::Null } else { self.object.clone() })
     }
 }
 
@@ -293,26 +349,92 @@ impl RuleSet {
     }
 }
 
-/// nodes × (longest list + 1) ^ comprehension depth, saturating.
-fn estimated_cost(compiled: &CompiledExpression, longest_list: usize) -> u64 {
-    let per_level = longest_list as u64 + 1;
-    let depth = u32::try_from(compiled.depth).unwrap_or(u32::MAX);
-    (compiled.nodes as u64).saturating_mul(per_level.saturating_pow(depth))
+/// What the estimate knows of the object: sizes of the collections at field paths, and the
+/// largest list or map anywhere (the charge for a range it cannot place).
+struct CollectionSizes<'a> {
+    object: &'a serde_json::Value,
+    largest: u64,
 }
 
-fn longest_list(value: &serde_json::Value) -> usize {
-    match value {
-        serde_json::Value::Array(items) => {
-            items.iter().map(longest_list).max().unwrap_or(0).max(items.len())
+impl CollectionSizes<'_> {
+    /// Elements a comprehension over `range` walks at most.
+    fn of_range(&self, range: &IdedExpr) -> u64 {
+        let mut path = Vec::new();
+        if !object_path(range, &mut path) {
+            return self.largest;
         }
-        serde_json::Value::Object(map) => map.values().map(longest_list).max().unwrap_or(0),
+        let mut value = self.object;
+        for field in path {
+            match value.get(field) {
+                Some(inner) => value = inner,
+                None => return 0,
+            }
+        }
+        collection_size(value)
+    }
+}
+
+/// Whether `expr` is `object` or a chain of field selections from it; the fields go to `path`.
+fn object_path<'e>(expr: &'e IdedExpr, path: &mut Vec<&'e str>) -> bool {
+    match &expr.expr {
+        Expr::Ident(name) => name == OBJECT_VARIABLE,
+        Expr::Select(select) if !select.test => {
+            let found = object_path(&select.operand, path);
+            path.push(&select.field);
+            found
+        }
+        _ => false,
+    }
+}
+
+/// Cost of evaluating `expr` once: 1 per node, and a comprehension's condition and step once per
+/// element of its range. Saturating.
+fn estimated_cost(expr: &IdedExpr, sizes: &CollectionSizes<'_>) -> u64 {
+    if let Expr::Comprehension(c) = &expr.expr {
+        let per_element =
+            estimated_cost(&c.loop_cond, sizes).saturating_add(estimated_cost(&c.loop_step, sizes));
+        return [&c.iter_range, &c.accu_init, &c.result]
+            .into_iter()
+            .map(|part| estimated_cost(part, sizes))
+            .fold(1, u64::saturating_add)
+            .saturating_add(sizes.of_range(&c.iter_range).saturating_mul(per_element));
+    }
+    children(expr)
+        .into_iter()
+        .map(|child| estimated_cost(child, sizes))
+        .fold(1, u64::saturating_add)
+}
+
+fn collection_size(value: &serde_json::Value) -> u64 {
+    match value {
+        serde_json::Value::Array(items) => items.len() as u64,
+        serde_json::Value::Object(map) => map.len() as u64,
         _ => 0,
     }
 }
 
+/// The largest list or map anywhere in `value`, by element count.
+fn largest_collection(value: &serde_json::Value) -> u64 {
+    let inner = match value {
+        serde_json::Value::Array(items) => items.iter().map(largest_collection).max(),
+        serde_json::Value::Object(map) => map.values().map(largest_collection).max(),
+        _ => None,
+    };
+    inner.unwrap_or(0).max(collection_size(value))
+}
+
 /// (syntax nodes, deepest comprehension nesting).
 fn shape(expr: &IdedExpr) -> (usize, usize) {
-    let children: Vec<&IdedExpr> = match &expr.expr {
+    let own_depth = usize::from(matches!(expr.expr, Expr::Comprehension(_)));
+    children(expr)
+        .into_iter()
+        .map(shape)
+        .fold((1, own_depth), |(nodes, depth), (n, d)| (nodes + n, depth.max(d + own_depth)))
+}
+
+/// The direct sub-expressions of `expr`.
+fn children(expr: &IdedExpr) -> Vec<&IdedExpr> {
+    match &expr.expr {
         Expr::Select(select) => vec![&select.operand],
         Expr::Call(call) => call.target.iter().map(AsRef::as_ref).chain(call.args.iter()).collect(),
         Expr::List(list) => list.elements.iter().collect(),
@@ -322,12 +444,7 @@ fn shape(expr: &IdedExpr) -> (usize, usize) {
             vec![&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result]
         }
         Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
-    };
-    let own_depth = usize::from(matches!(expr.expr, Expr::Comprehension(_)));
-    children
-        .into_iter()
-        .map(shape)
-        .fold((1, own_depth), |(nodes, depth), (n, d)| (nodes + n, depth.max(d + own_depth)))
+    }
 }
 
 fn entry_children(entry: &cel::common::ast::EntryExpr) -> Vec<&IdedExpr> {
@@ -680,6 +797,34 @@ mod tests {
         let large = json!({"items": (0..2000).collect::<Vec<_>>()});
         let over = evaluate(&pairs, &large);
         assert!(matches!(over, Err(EvaluationError::OverBudget { .. })), "{over:?}");
+        // A map is walked as a list is: every key against every key of a 1,000-key map is
+        // over the estimate (about 10⁶ loop steps), the same rule over 100 keys runs.
+        let keys = compile("object.data.all(k, object.data.exists(j, k == j))").expect("valid");
+        let map_of = |n: usize| json!({"data": (0..n).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>()});
+        assert_eq!(evaluate(&keys, &map_of(100)), Ok(true));
+        let over = evaluate(&keys, &map_of(1000));
+        assert!(
+            matches!(&over, Err(EvaluationError::OverBudget { why }) if why.contains("estimated")),
+            "{over:?}"
+        );
+        // The estimate reads a range's size at its own path: a large list elsewhere in the object
+        // does not make a rule over a small one too costly.
+        let ports = compile("object.spec.ports.all(p, object.spec.ports.exists(q, p == q))")
+            .expect("valid");
+        let unrelated =
+            json!({"spec": {"ports": [1, 2, 3]}, "data": (0..5000).collect::<Vec<_>>()});
+        assert_eq!(evaluate(&ports, &unrelated), Ok(true));
+        // While running: a rule is stopped once it has read `object` more than the budget, and
+        // the answer is the budget, whatever the rule would have made of the null it then reads.
+        let reads =
+            compile("object.a.all(x, object.a.size() >= 0 || object.b == null)").expect("valid");
+        let object = json!({"a": vec![0; 200]});
+        assert_eq!(run_counted(&reads, &object, 1_000), Ok(true));
+        let cut = run_counted(&reads, &object, 100);
+        assert!(
+            matches!(&cut, Err(EvaluationError::OverBudget { why }) if why.contains("100 reads")),
+            "{cut:?}"
+        );
         // And the object size bound.
         let huge = json!({"blob": "x".repeat(MAX_OBJECT_BYTES + 1)});
         assert!(matches!(

@@ -4,7 +4,13 @@
 //! diagnosis evidence — passes through a [`Redactor`] before it leaves the process. A redactor
 //! masks three things:
 //! - the exact values it was told about (Secret data, passwords, tokens, private keys, sink
-//!   URLs), including their base64 encodings, since Kubernetes carries Secret data as base64;
+//!   URLs), including their base64 encodings, since Kubernetes carries Secret data as base64.
+//!   Values of at least four characters are masked wherever they occur. Shorter ones (a PIN, a
+//!   port, `on`) would shred ordinary words if masked everywhere, so they are masked where a
+//!   value stands: quoted whole (`"ab"`, `'ab'`), or whole right after `:` or `=` (one optional
+//!   space), up to a delimiter (whitespace, `,`, `;`, `}`, `]`, a quote or the end). That is how
+//!   a value is printed in YAML, JSON, `key=value` and apply errors; prose mentioning the same
+//!   letters stays readable;
 //! - credentials embedded in URLs (`https://user:password@host` → `https://user:***@host`);
 //! - well-known secret shapes that may arrive from elsewhere (PEM private key blocks,
 //!   `Authorization: Bearer …` headers).
@@ -20,7 +26,9 @@ use regex::Regex;
 /// What a masked value is replaced with.
 pub const MASK: &str = "***";
 
-/// Shortest value worth masking: masking a one-character "secret" would shred every message.
+/// Shortest value masked wherever it occurs; shorter ones are masked only where a value stands
+/// (see the module doc), since masking a one-character "secret" everywhere would shred every
+/// message.
 const MIN_SECRET_LEN: usize = 4;
 
 static URL_USERINFO: LazyLock<Regex> = LazyLock::new(|| {
@@ -48,11 +56,41 @@ static BEARER: LazyLock<Regex> = LazyLock::new(|| {
 pub struct Redactor {
     // Longest first, so a secret that contains another is masked whole.
     secrets: Vec<String>,
+    // Values shorter than MIN_SECRET_LEN, each as the pattern of the places a value stands.
+    short: Vec<ShortSecret>,
+}
+
+#[derive(Clone)]
+struct ShortSecret {
+    value: String,
+    after_separator: Regex,
+}
+
+impl ShortSecret {
+    fn new(value: &str) -> Self {
+        let pattern = format!(r#"(?P<pre>[:=] ?){}(?P<post>[\s,;}}\]"']|$)"#, regex::escape(value));
+        Self { value: value.to_owned(), after_separator: Regex::new(&pattern).expect("escaped") }
+    }
+
+    fn mask(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for quote in ['"', '\''] {
+            let quoted = format!("{quote}{}{quote}", self.value);
+            if out.contains(&quoted) {
+                out = out.replace(&quoted, &format!("{quote}{MASK}{quote}"));
+            }
+        }
+        self.after_separator
+            .replace_all(&out, format!("${{pre}}{MASK}${{post}}").as_str())
+            .into_owned()
+    }
 }
 
 impl std::fmt::Debug for Redactor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Redactor").field("secrets", &self.secrets.len()).finish()
+        f.debug_struct("Redactor")
+            .field("secrets", &(self.secrets.len() + self.short.len()))
+            .finish()
     }
 }
 
@@ -67,7 +105,14 @@ impl Redactor {
     pub fn add_secret(&mut self, value: &str) {
         let mut add = |v: &str| {
             let v = v.trim();
-            if v.len() >= MIN_SECRET_LEN && !self.secrets.iter().any(|s| s == v) {
+            if v.is_empty() {
+                return;
+            }
+            if v.chars().count() < MIN_SECRET_LEN {
+                if !self.short.iter().any(|s| s.value == v) {
+                    self.short.push(ShortSecret::new(v));
+                }
+            } else if !self.secrets.iter().any(|s| s == v) {
                 self.secrets.push(v.to_owned());
             }
         };
@@ -107,6 +152,11 @@ impl Redactor {
         for secret in &self.secrets {
             if out.contains(secret.as_str()) {
                 out = out.replace(secret.as_str(), MASK);
+            }
+        }
+        for short in &self.short {
+            if out.contains(short.value.as_str()) {
+                out = short.mask(&out);
             }
         }
         redact_shapes(&out)
@@ -190,9 +240,29 @@ mod tests {
     }
 
     #[test]
-    fn ignores_values_too_short_to_mask_safely() {
-        let redactor = Redactor::new().with_secret("ab");
-        assert_eq!(redactor.redact("a tab b"), "a tab b");
+    fn masks_short_values_where_a_value_stands_and_nowhere_else() {
+        let redactor = Redactor::new().with_secret("ab").with_secret("7").with_secret("on");
+        for (text, masked) in [
+            // Where values are printed: YAML, JSON, key=value, quoted, at the end.
+            ("password: ab", "password: ***"),
+            ("{\"pin\":\"7\",\"x\":1}", "{\"pin\":\"***\",\"x\":1}"),
+            ("pin=7; next", "pin=***; next"),
+            ("token='ab'", "token='***'"),
+            ("data:{a:ab}", "data:{a:***}"),
+            ("flag: on\nother", "flag: ***\nother"),
+            // Prose and longer tokens that merely contain the letters stay as they are.
+            ("a tab b", "a tab b"),
+            ("version 7.1 is on the way", "version 7.1 is on the way"),
+            ("key: abc", "key: abc"),
+            ("replicas: 17", "replicas: 17"),
+            ("mode: online", "mode: online"),
+        ] {
+            assert_eq!(redactor.redact(text), masked, "{text:?}");
+        }
+        // A short value's base64 form is long enough to be masked everywhere.
+        assert_eq!(Redactor::new().with_secret("ab").redact("got YWI= back"), "got *** back");
+        // Empty values mask nothing.
+        assert_eq!(Redactor::new().with_secret("").redact("a: \"\""), "a: \"\"");
     }
 
     #[test]

@@ -156,7 +156,6 @@ pub fn approval(
     digest: &str,
     desired_hash: &str,
     recorded: Option<&Approval>,
-    now: &Time,
 ) -> Verdict {
     if let Some(recorded) = recorded.filter(|a| a.desired_state_hash == desired_hash) {
         return Verdict::Approved(recorded.clone());
@@ -169,13 +168,18 @@ pub fn approval(
     if approved != digest {
         return Verdict::Stale { approved, current: digest.to_owned() };
     }
-    let approved_at = annotations
-        .get(keys::APPROVED_AT)
-        .and_then(|at| at.parse::<Timestamp>().ok())
-        .map_or_else(|| now.clone(), Time);
+    // The webhook records who approved and when with the digest it checked. Without that record
+    // (the annotations removed after the approval, or never written because the webhook did not
+    // run) nobody is on record as approving: it is no approval, and the plan waits again.
+    let approved_by = annotations.get(keys::APPROVED_BY).filter(|by| !by.trim().is_empty());
+    let approved_at =
+        annotations.get(keys::APPROVED_AT).and_then(|at| at.parse::<Timestamp>().ok());
+    let (Some(approved_by), Some(approved_at)) = (approved_by, approved_at) else {
+        return Verdict::Waiting;
+    };
     Verdict::Approved(Approval {
-        approved_by: annotations.get(keys::APPROVED_BY).cloned().unwrap_or_default(),
-        approved_at,
+        approved_by: approved_by.clone(),
+        approved_at: Time(approved_at),
         plan_digest: digest.to_owned(),
         desired_state_hash: desired_hash.to_owned(),
         note: None,
@@ -289,8 +293,7 @@ mod tests {
             (keys::APPROVED_BY, "alice"),
             (keys::APPROVED_AT, "2026-12-01T10:00:00Z"),
         ];
-        let now = at(1);
-        let verdict = approval(&app(json!({}), &approved), "web-1", "sha256:aa", "h1", None, &now);
+        let verdict = approval(&app(json!({}), &approved), "web-1", "sha256:aa", "h1", None);
         let Verdict::Approved(record) = verdict else { panic!("approved, got {verdict:?}") };
         assert_eq!(record.approved_by, "alice");
         assert_eq!(record.approved_at.0.to_string(), "2026-12-01T10:00:00Z");
@@ -301,25 +304,42 @@ mod tests {
 
         // Another digest: stale. Another Revision, or none: waiting.
         assert_eq!(
-            approval(&app(json!({}), &approved), "web-1", "sha256:bb", "h1", None, &now),
+            approval(&app(json!({}), &approved), "web-1", "sha256:bb", "h1", None),
             Verdict::Stale { approved: "sha256:aa".into(), current: "sha256:bb".into() }
         );
         assert_eq!(
-            approval(&app(json!({}), &approved), "web-2", "sha256:aa", "h1", None, &now),
+            approval(&app(json!({}), &approved), "web-2", "sha256:aa", "h1", None),
             Verdict::Waiting
         );
         assert_eq!(
-            approval(&app(json!({}), &[]), "web-1", "sha256:aa", "h1", None, &now),
+            approval(&app(json!({}), &[]), "web-1", "sha256:aa", "h1", None),
             Verdict::Waiting
         );
 
+        // The audit record removed (or emptied, or unreadable) after the approval: no approval.
+        for missing in [keys::APPROVED_BY, keys::APPROVED_AT] {
+            let without: Vec<_> = approved.iter().copied().filter(|(k, _)| *k != missing).collect();
+            assert_eq!(
+                approval(&app(json!({}), &without), "web-1", "sha256:aa", "h1", None),
+                Verdict::Waiting,
+                "without {missing}"
+            );
+        }
+        for (key, bad) in [(keys::APPROVED_BY, " "), (keys::APPROVED_AT, "yesterday")] {
+            let edited: Vec<_> =
+                approved.iter().map(|&(k, v)| if k == key { (k, bad) } else { (k, v) }).collect();
+            assert_eq!(
+                approval(&app(json!({}), &edited), "web-1", "sha256:aa", "h1", None),
+                Verdict::Waiting,
+                "{key}: {bad:?}"
+            );
+        }
+
         // A recorded approval covers the same desired state whatever the annotations say, and
         // not another desired state.
-        let verdict =
-            approval(&app(json!({}), &[]), "web-1", "sha256:cc", "h1", Some(&record), &now);
+        let verdict = approval(&app(json!({}), &[]), "web-1", "sha256:cc", "h1", Some(&record));
         assert_eq!(verdict, Verdict::Approved(record.clone()));
-        let verdict =
-            approval(&app(json!({}), &[]), "web-1", "sha256:cc", "h2", Some(&record), &now);
+        let verdict = approval(&app(json!({}), &[]), "web-1", "sha256:cc", "h2", Some(&record));
         assert_eq!(verdict, Verdict::Waiting);
     }
 
