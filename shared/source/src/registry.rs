@@ -1063,6 +1063,37 @@ fn next_link(headers: &HeaderMap, base: &Url) -> Option<Result<Url, ()>> {
     None
 }
 
+/// A registry's replies as this client reads them, for the fuzz harness
+/// (`tests/fuzzing`): the challenge of a `WWW-Authenticate` value, a token endpoint's answer, the
+/// next page named by a `Link` value, a tag page and a `Docker-Content-Digest` value, each
+/// through the same functions the client uses. Returns how many were usable; never panics.
+#[doc(hidden)]
+pub fn read_untrusted_replies(
+    www_authenticate: &str,
+    token_body: &[u8],
+    link: &[u8],
+    tag_page: &[u8],
+    digest: &[u8],
+) -> usize {
+    let mut usable = 0;
+    usable += usize::from(parse_challenge(www_authenticate).is_some());
+    usable += usize::from(parse_token(token_body).is_some());
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_bytes(link) {
+        headers.insert(LINK, value);
+    }
+    if let Ok(value) = HeaderValue::from_bytes(digest) {
+        headers.insert("docker-content-digest", value);
+    }
+    let base = Url::parse("https://registry.invalid/v2/a/b/tags/list").expect("a valid URL");
+    usable += usize::from(matches!(next_link(&headers, &base), Some(Ok(_))));
+    usable += usize::from(matches!(content_digest(&headers), Some(Ok(_))));
+    if let Ok(page) = serde_json::from_slice::<TagPage>(tag_page) {
+        usable += page.tags.unwrap_or_default().iter().filter(|t| valid_tag(t)).count();
+    }
+    usable
+}
+
 /// `Docker-Content-Digest`, when present: valid or not.
 fn content_digest(headers: &HeaderMap) -> Option<Result<String, ()>> {
     let value = headers.get("docker-content-digest")?;
