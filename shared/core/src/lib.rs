@@ -15,6 +15,7 @@
 //! | [`duration`] | the one duration grammar (`90s`, `5m`, `1h30m`, `500ms`) |
 //! | [`url`] | which Git URLs are accepted, and the credential scope of each |
 //! | [`credentials`] | Git credentials from a labelled Secret |
+//! | [`checkout`] | how much of a commit's tree a checkout may write (files, bytes, depth) |
 //! | [`discovery`] | `.ksync.yaml` parsing and which Applications to create, update or delete |
 //! | [`desired`] | normalising and validating rendered objects, and `desiredStateHash` |
 //! | [`order`] | the order objects are applied (stages, waves, kinds) and deleted in |
@@ -36,6 +37,7 @@
 
 pub mod admission;
 pub mod application;
+pub mod checkout;
 pub mod conditions;
 pub mod credentials;
 pub mod dependencies;

@@ -133,6 +133,15 @@ pub enum GitError {
         /// What went wrong, redacted.
         message: String,
     },
+    /// The commit's tree breaks a checkout limit ([`kuvryn_sync_core::checkout`]); nothing was
+    /// written.
+    #[error("checking out commit {commit} refused: {message}")]
+    CheckoutLimit {
+        /// The commit.
+        commit: String,
+        /// Which limit, its flag and the path reached, redacted.
+        message: String,
+    },
     /// The local cache could not be used.
     #[error("git cache error: {message}")]
     Cache {
