@@ -176,7 +176,8 @@ mod tests {
     fn the_first_entry_over_a_limit_is_refused_naming_the_limit_and_its_flag() {
         // (entries charged in order, the limit expected to break, at which path)
         type Entry = (&'static str, usize, Option<u64>);
-        let cases: &[(&str, &[Entry], Option<(CheckoutLimit, &str)>)] = &[
+        type Expected = Option<(CheckoutLimit, &'static str)>;
+        let cases: &[(&str, &[Entry], Expected)] = &[
             ("fits", &[("a", 1, Some(60)), ("d", 1, None), ("d/b", 2, Some(40))], None),
             (
                 "a fourth path",
@@ -217,7 +218,8 @@ mod tests {
         let limits = CheckoutLimits::default();
         assert_eq!(limits.max_files, 100_000);
         assert!(limits.max_file_bytes < limits.max_total_bytes);
-        let err = CheckoutBudget::new(SMALL).charge("big.bin", 1, Some(1 << 20)).unwrap_err();
+        let err =
+            CheckoutBudget::new(SMALL).charge("big.bin", 1, Some(1 << 20)).expect_err("too big");
         assert_eq!(
             err.to_string(),
             "the commit's tree holds a file of 1048576 bytes, above the 60 bytes one file may \
