@@ -320,19 +320,22 @@ async fn pulled_charts_deploy_with_their_digest_and_bad_credentials_fail_the_ren
         .push(&[("apps/pulled/README.md", "The chart is pulled.\n".to_owned())], "a path")
         .await?;
     let labelled = json!({keys::REGISTRY_CREDENTIALS: keys::TRUE});
-    for (name, labels, password) in [
-        ("chart-credentials", labelled.clone(), PASSWORD),
-        ("unlabelled-credentials", json!({}), PASSWORD),
-        ("wrong-credentials", labelled, WRONG_PASSWORD),
-    ] {
-        let credentials = secret(name, labels, json!({"username": USER, "password": password}))?;
-        env.api::<Secret>().create(&PostParams::default(), &credentials).await?;
-    }
     let https = files.url("");
     let oci = registry.oci_url("team/charts");
+    // Each Secret declares the repository it is for (its url key).
+    for (name, labels, password, url) in [
+        ("chart-credentials", labelled.clone(), PASSWORD, https.as_str()),
+        ("oci-credentials", labelled.clone(), PASSWORD, oci.as_str()),
+        ("unlabelled-credentials", json!({}), PASSWORD, https.as_str()),
+        ("wrong-credentials", labelled, WRONG_PASSWORD, https.as_str()),
+    ] {
+        let data = json!({"username": USER, "password": password, "url": url});
+        let credentials = secret(name, labels, data)?;
+        env.api::<Secret>().create(&PostParams::default(), &credentials).await?;
+    }
     let cases = [
         ("from-https", https.as_str(), "chart-credentials"),
-        ("from-oci", oci.as_str(), "chart-credentials"),
+        ("from-oci", oci.as_str(), "oci-credentials"),
         ("unlabelled", https.as_str(), "unlabelled-credentials"),
         ("wrong-password", https.as_str(), "wrong-credentials"),
     ];

@@ -74,6 +74,12 @@ impl From<kuvryn_sync_core::helm_values::RegistryCredentials> for ChartCredentia
     }
 }
 
+impl From<kuvryn_sync_core::image_policy::RegistryLogin> for ChartCredentials {
+    fn from(login: kuvryn_sync_core::image_policy::RegistryLogin) -> Self {
+        Self { username: login.username, password: login.password }
+    }
+}
+
 /// One chart to pull.
 #[derive(Clone, Debug)]
 pub struct ChartPull {
@@ -367,6 +373,11 @@ impl ChartPuller {
     ) -> Result<Vec<u8>, ChartPullError> {
         let repo =
             if path.is_empty() { request.name.clone() } else { format!("{path}/{}", request.name) };
+        if let Some(problem) = kuvryn_sync_core::oci_name::name_problem(&repo) {
+            let rule =
+                format!("the chart name with the registry path ({repo:?}) is refused: {problem}");
+            return Err(invalid(request, redactor, &redactor.redact(&rule)));
+        }
         let tag = request.version.replace('+', "_");
         if !valid_tag(&tag) {
             return Err(invalid(request, redactor, "the version is not a valid OCI tag"));
