@@ -368,7 +368,8 @@ mod tests {
         let docker = [(".dockerconfigjson", auths)];
         let json = Some(DOCKER_CONFIG_JSON_TYPE);
         // (secret type, data, repository, expected: Ok or a piece of the message)
-        let cases: &[(Option<&str>, &[(&str, &str)], &str, Result<(), &str>)] = &[
+        type Case<'a> = (Option<&'a str>, &'a [(&'a str, &'a str)], &'a str, Result<(), &'a str>);
+        let cases: &[Case] = &[
             (None, &with_url, a, Ok(())),
             (None, &with_url, "https://a.example.com/charts/stable", Ok(())),
             (None, &with_url, b, Err("does not cover https://b.example.com/charts")),

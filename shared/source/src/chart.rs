@@ -7,7 +7,8 @@
 //!   (no ranges), its first URL resolved against the repository URL, then the archive (at most
 //!   [`PullOptions::max_archive_bytes`]); the index's `digest`, when given, must match.
 //! - **OCI registries** (`oci://host[:port]/path`): the OCI distribution API for
-//!   `<path>/<name>:<version>` (`+` in a version becomes `_`, as Helm tags it): the manifest, then
+//!   `<path>/<name>:<version>` (`+` in a version becomes `_`, as Helm tags it; `<path>/<name>`
+//!   must follow the distribution name grammar, [`kuvryn_sync_core::oci_name`]): the manifest, then
 //!   its one layer of media type [`HELM_CHART_LAYER`], checked against the layer digest. A `401`
 //!   is answered per the registry's `WWW-Authenticate`: `Basic` with the credentials, or `Bearer`
 //!   through the token endpoint it names.
