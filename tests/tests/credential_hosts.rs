@@ -92,9 +92,17 @@ async fn chart_credentials_made_for_a_are_sent_to_a_and_never_to_b() {
     // A: both Secrets give credentials for A's repository, and A receives them. (The scripted
     // registry serves an image manifest, not a chart: the pull fails after authenticating,
     // which is all this needs.)
+    let https_for_a = secret(
+        None,
+        labelled,
+        json!({"username": USER, "password": PASSWORD, "url": format!("https://{a_host}/charts")}),
+    );
     let mut requests = Vec::new();
-    for secret in [&for_a, &docker_for_a] {
-        let repository = format!("oci://{a_host}/charts");
+    for (secret, repository) in [
+        (&for_a, format!("oci://{a_host}/charts")),
+        (&docker_for_a, format!("oci://{a_host}/charts")),
+        (&https_for_a, format!("https://{a_host}/charts/stable")),
+    ] {
         let credentials = chart_credentials(secret, &repository).expect("made for A");
         requests.push(ChartPull {
             repository,
@@ -111,17 +119,21 @@ async fn chart_credentials_made_for_a_are_sent_to_a_and_never_to_b() {
         credentials: None,
     });
     let outcomes = pull(requests).await.expect("pulls");
-    let climbing = outcomes[2].as_ref().expect_err("a climbing name is refused");
+    let climbing = outcomes[3].as_ref().expect_err("a climbing name is refused");
     assert!(climbing.to_string().contains("'.' or '..' path component"), "{climbing}");
     assert!(
         server.recorded().iter().all(|r| !r.target.contains("private")),
         "the climbing name requested nothing"
     );
     let recorded = server.recorded();
-    assert!(
-        recorded.iter().any(|r| r.listener == Listener::Registry && r.authorization.is_some()),
-        "A got the credentials: {recorded:#?}"
-    );
+    for path in ["/v2/charts/web/manifests/1.2.0", "/charts/stable/index.yaml"] {
+        assert!(
+            recorded.iter().any(|r| r.listener == Listener::Registry
+                && r.target == path
+                && r.authorization.as_deref().is_some_and(|a| a.starts_with("Basic "))),
+            "A got the credentials for {path}: {recorded:#?}"
+        );
+    }
 
     // B: refused before anything is sent, naming the key, for OCI and https alike.
     for repository in [
@@ -132,6 +144,10 @@ async fn chart_credentials_made_for_a_are_sent_to_a_and_never_to_b() {
         let err = chart_credentials(&for_a, &repository).expect_err("not made for it");
         assert!(err.contains("url key") && err.contains("does not cover"), "{err}");
         assert!(!err.contains(PASSWORD), "{err}");
+    }
+    for repository in [format!("https://{b_host}/charts"), format!("https://{a_host}/other")] {
+        let err = chart_credentials(&https_for_a, &repository).expect_err("not made for it");
+        assert!(err.contains("does not cover"), "{err}");
     }
     for repository in [format!("oci://{b_host}/charts"), format!("https://{b_host}/charts")] {
         let err = chart_credentials(&docker_for_a, &repository).expect_err("not in auths");
@@ -183,6 +199,30 @@ async fn an_image_scan_sends_a_login_only_to_the_host_its_auths_entry_names() {
         recorded.iter().any(|r| r.listener == Listener::Registry && r.authorization.is_some()),
         "A got the login: {recorded:#?}"
     );
+    assert_b_got_no_authorization(&server);
+
+    // A redirect from A to B: the login stays with A.
+    let mut redirecting = script();
+    redirecting.redirect_tags_elsewhere = true;
+    let server = ScriptedRegistry::start(redirecting).await.expect("server");
+    let a_host = format!("127.0.0.1:{}", server.port);
+    let docker_for_a = secret(
+        Some(kuvryn_sync_core::image_policy::DOCKER_CONFIG_JSON_TYPE),
+        kuvryn_sync_api::keys::REGISTRY_CREDENTIALS,
+        docker_config(&a_host),
+    );
+    let client = RegistryClient::new(RegistryOptions {
+        ssl_cert_file: None,
+        ssl_cert_dirs: Vec::new(),
+        extra_ca_file: Some(server.ca_file.clone()),
+        ..RegistryOptions::default()
+    })
+    .expect("client");
+    let a_login = registry_login(&docker_for_a, &a_host).expect("valid").map(as_login);
+    let tags = client.list_tags(&format!("{a_host}/team/app"), a_login.as_ref()).await;
+    assert_eq!(tags.expect("followed to B"), ["from-elsewhere"]);
+    let recorded = server.recorded();
+    assert!(recorded.iter().any(|r| r.listener == Listener::Elsewhere), "redirected to B");
     assert_b_got_no_authorization(&server);
 }
 
