@@ -70,6 +70,20 @@ struct Args {
     /// Largest size of the Git cache under --cache-dir; least recently used data is evicted.
     #[arg(long, default_value_t = 2 * 1024 * 1024 * 1024, value_name = "BYTES")]
     git_cache_max_bytes: u64,
+    /// Most paths (files, directories, links) one Git checkout may hold, counted in the object
+    /// database before anything is written; above it the Repository is Ready=False
+    /// (SourceFailure) and its Applications keep their last state.
+    #[arg(long, default_value_t = kuvryn_sync_core::checkout::DEFAULT_MAX_FILES, value_name = "N")]
+    checkout_max_files: u64,
+    /// Most bytes all files of one Git checkout may hold (sizes from the object headers).
+    #[arg(long, default_value_t = kuvryn_sync_core::checkout::DEFAULT_MAX_TOTAL_BYTES, value_name = "BYTES")]
+    checkout_max_bytes: u64,
+    /// Most bytes one file of a Git checkout may hold.
+    #[arg(long, default_value_t = kuvryn_sync_core::checkout::DEFAULT_MAX_FILE_BYTES, value_name = "BYTES")]
+    checkout_max_file_bytes: u64,
+    /// Deepest directory nesting of a Git checkout.
+    #[arg(long, default_value_t = kuvryn_sync_core::checkout::DEFAULT_MAX_DEPTH, value_name = "N")]
+    checkout_max_depth: usize,
     /// Repositories reconciled (resolved, fetched, discovered) at once.
     #[arg(long, default_value_t = 8, value_name = "N")]
     repository_concurrency: u16,
@@ -170,9 +184,16 @@ async fn main() -> anyhow::Result<()> {
     let client = observed_client(config.clone(), Some(&count_request))
         .context("cannot build a Kubernetes client from the in-cluster config or KUBECONFIG")?;
     let cache = Arc::new(
-        GitCache::new(args.cache_dir.join("git"), args.git_cache_max_bytes).with_context(|| {
-            format!("cannot use the Git cache under {}", args.cache_dir.display())
-        })?,
+        GitCache::new(args.cache_dir.join("git"), args.git_cache_max_bytes)
+            .with_context(|| {
+                format!("cannot use the Git cache under {}", args.cache_dir.display())
+            })?
+            .with_limits(kuvryn_sync_core::checkout::CheckoutLimits {
+                max_files: args.checkout_max_files,
+                max_total_bytes: args.checkout_max_bytes,
+                max_file_bytes: args.checkout_max_file_bytes,
+                max_depth: args.checkout_max_depth,
+            }),
     );
     let registry = registry_client(&args)?;
     tokio::spawn(wait_for_crds(client.clone(), readiness));

@@ -19,6 +19,7 @@ use kube::api::Api;
 use kuvryn_sync_api::{
     Application, FailureReason, HelmChart, RenderType, ValuesFrom, ValuesSourceKind, keys,
 };
+use kuvryn_sync_core::credential_scope;
 use kuvryn_sync_core::desired::Rendered;
 use kuvryn_sync_core::helm_values::{self, ValuesFromData, ValuesInput};
 use kuvryn_sync_core::redact::Redactor;
@@ -485,14 +486,11 @@ async fn pull_chart(
                     ))));
                 }
             };
-            let labels = secret.metadata.labels.clone().unwrap_or_default();
-            let data: BTreeMap<String, Vec<u8>> =
-                secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)).collect();
-            match helm_values::registry_credentials(&secret_ref.name, &labels, &data) {
+            match credential_scope::chart_credentials(&secret, &chart.repository) {
                 Ok(credentials) => Some(ChartCredentials::from(credentials)),
-                Err(err) => {
+                Err(why) => {
                     return Ok(Err(failure(format!(
-                        "spec.source.render.helm.chart.secretRef: {err}"
+                        "spec.source.render.helm.chart.secretRef: {why}"
                     ))));
                 }
             }

@@ -115,7 +115,7 @@ pub fn workspace_binary(name: &str) -> Result<PathBuf> {
 #[derive(Debug)]
 pub struct ControllerProcess {
     child: Child,
-    _cache: tempfile::TempDir,
+    cache: tempfile::TempDir,
 }
 
 impl ControllerProcess {
@@ -179,7 +179,7 @@ impl ControllerProcess {
             .stderr(stderr)
             .spawn()
             .context("start kuvryn-sync-controller")?;
-        Ok(ControllerProcess { child, _cache: cache })
+        Ok(ControllerProcess { child, cache })
     }
 
     /// Wait (up to `deadline`) for the controller to exit on its own; its exit status. Async, so
@@ -224,6 +224,16 @@ impl ControllerProcess {
     /// The controller's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// The controller's `--cache-dir` (a temporary directory removed on drop).
+    pub fn cache_dir(&self) -> &Path {
+        self.cache.path()
+    }
+
+    /// Whether the controller process has exited (it is not reaped elsewhere).
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Send SIGKILL, as when a node or the kubelet kills the container: the controller gets no

@@ -288,8 +288,10 @@ fn package_pulled_chart(work: &Path) -> Result<std::path::PathBuf> {
 }
 
 /// Cases 4–5: a chart pulled from an https Helm repository and from an OCI registry, with
-/// credentials from a labelled Secret, deploys and records the archive's digest; an unlabelled
-/// credentials Secret or a wrong password fails the render, applies nothing and leaks nothing.
+/// credentials from a labelled Secret declaring the repository in its `url` key, deploys and
+/// records the archive's digest; an unlabelled credentials Secret, a wrong password, a Secret
+/// declared for another host or one declaring none fails the render, applies nothing and leaks
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pulled_charts_deploy_with_their_digest_and_bad_credentials_fail_the_render() -> Result<()>
 {
@@ -320,21 +322,34 @@ async fn pulled_charts_deploy_with_their_digest_and_bad_credentials_fail_the_ren
         .push(&[("apps/pulled/README.md", "The chart is pulled.\n".to_owned())], "a path")
         .await?;
     let labelled = json!({keys::REGISTRY_CREDENTIALS: keys::TRUE});
-    for (name, labels, password) in [
-        ("chart-credentials", labelled.clone(), PASSWORD),
-        ("unlabelled-credentials", json!({}), PASSWORD),
-        ("wrong-credentials", labelled, WRONG_PASSWORD),
-    ] {
-        let credentials = secret(name, labels, json!({"username": USER, "password": password}))?;
-        env.api::<Secret>().create(&PostParams::default(), &credentials).await?;
-    }
     let https = files.url("");
     let oci = registry.oci_url("team/charts");
+    // Each Secret declares the repository it is for (its url key).
+    for (name, labels, password, url) in [
+        ("chart-credentials", labelled.clone(), PASSWORD, https.as_str()),
+        ("oci-credentials", labelled.clone(), PASSWORD, oci.as_str()),
+        ("unlabelled-credentials", json!({}), PASSWORD, https.as_str()),
+        ("wrong-credentials", labelled.clone(), WRONG_PASSWORD, https.as_str()),
+    ] {
+        let data = json!({"username": USER, "password": password, "url": url});
+        let credentials = secret(name, labels, data)?;
+        env.api::<Secret>().create(&PostParams::default(), &credentials).await?;
+    }
+    // Without a declared url, a chart Secret goes nowhere.
+    let undeclared = secret(
+        "undeclared-credentials",
+        labelled,
+        json!({"username": USER, "password": PASSWORD}),
+    )?;
+    env.api::<Secret>().create(&PostParams::default(), &undeclared).await?;
     let cases = [
         ("from-https", https.as_str(), "chart-credentials"),
-        ("from-oci", oci.as_str(), "chart-credentials"),
+        ("from-oci", oci.as_str(), "oci-credentials"),
         ("unlabelled", https.as_str(), "unlabelled-credentials"),
         ("wrong-password", https.as_str(), "wrong-credentials"),
+        // The https repository's Secret named with the registry: another host.
+        ("other-host", oci.as_str(), "chart-credentials"),
+        ("undeclared", https.as_str(), "undeclared-credentials"),
     ];
     for (app, repository, credentials) in cases {
         // The release is named after the Application, so its ConfigMap says who applied it.
@@ -359,13 +374,20 @@ async fn pulled_charts_deploy_with_their_digest_and_bad_credentials_fail_the_ren
     assert!(message.contains("sync.kuvryn.io/registry-credentials"), "{message}");
     let message = env.wait_failed("wrong-password", "RenderFailure").await?;
     assert!(message.contains("authentication failed"), "{message}");
-    for app in ["unlabelled", "wrong-password"] {
+    let message = env.wait_failed("other-host", "RenderFailure").await?;
+    assert!(message.contains("url key") && message.contains("does not cover"), "{message}");
+    let message = env.wait_failed("undeclared", "RenderFailure").await?;
+    assert!(message.contains("has no url key"), "{message}");
+    for app in ["unlabelled", "wrong-password", "other-host", "undeclared"] {
         let data = config_map_data(&env, &format!("{app}-pulled")).await?;
         assert_eq!(data, None, "{app} applied nothing");
     }
 
-    let seen =
-        visible_output(&env, &["from-https", "from-oci", "unlabelled", "wrong-password"]).await?;
+    let seen = visible_output(
+        &env,
+        &["from-https", "from-oci", "unlabelled", "wrong-password", "other-host", "undeclared"],
+    )
+    .await?;
     assert!(!seen.contains(PASSWORD), "the registry password leaked");
     assert!(!seen.contains(WRONG_PASSWORD), "the wrong password leaked");
     Ok(())

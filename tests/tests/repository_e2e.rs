@@ -240,6 +240,50 @@ async fn https_basic_auth_needs_a_labelled_secret_and_the_right_password() -> Re
     Ok(())
 }
 
+/// A Secret whose `url` key names server A fetches from A; a Repository pointing the same Secret
+/// at server B (another port, so another origin) is refused with `AuthenticationFailure` naming
+/// the key, and B's access log shows no `Authorization` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_credentials_declaring_a_url_are_sent_only_within_it() -> Result<()> {
+    let env = env("repo-url-bound").await?;
+    let root = tempfile::tempdir()?;
+    let repo = BareRepo::create(root.path(), "platform")?;
+    let a = HttpsGit::start(root.path(), "deployer", "a-pass-5e1d")?;
+    let b = HttpsGit::start(root.path(), "deployer", "b-pass-9c2f")?;
+    let a_prefix = format!("https://127.0.0.1:{}/git/", a.port);
+    env.create_secret(
+        "for-a",
+        true,
+        &[
+            ("username", "deployer"),
+            ("password", "a-pass-5e1d"),
+            ("ca.crt", &a.ca_pem),
+            ("url", &a_prefix),
+        ],
+    )
+    .await?;
+    for (name, server) in [("on-a", &a), ("on-b", &b)] {
+        let url = server.url(&repo.name);
+        env.create_repository(name, json!({"git": {"url": url, "revision": "main", "auth": {"secretRef": {"name": "for-a"}}}}))
+            .await?;
+    }
+    let on_a = env.wait_ready("on-a", "True", "FetchSucceeded").await?;
+    assert_eq!(observed_revision(&on_a), Some(repo.head()?));
+    let on_b = env.wait_ready("on-b", "False", "AuthenticationFailure").await?;
+    let (_, _, message) = ready_condition(&on_b).context("Ready")?;
+    assert!(message.contains("url key") && message.contains("for-a"), "{message}");
+    assert!(!message.contains("a-pass-5e1d"), "{message}");
+    // lighttpd writes its access log in batches: wait for A's lines, then read B's.
+    wait_for("A's access log shows the credentials", DEADLINE, || async {
+        let log = a.access_log();
+        Ok((log.contains("authorization=\"Basic ").then_some(()), log))
+    })
+    .await?;
+    let b_log = b.access_log();
+    assert!(!b_log.contains("authorization=\"Basic"), "B got credentials: {b_log}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssh_source_uses_the_key_and_checks_the_pinned_host_key() -> Result<()> {
     let env = env("repo-ssh").await?;

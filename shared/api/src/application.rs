@@ -229,7 +229,9 @@ pub struct HelmChart {
     /// Exact chart version to pull, such as `1.4.2`; not a range.
     #[schemars(length(min = 1, max = 128))]
     pub version: String,
-    /// Secret with `username` and `password` for the chart repository; it must be labelled
+    /// Secret with `username`, `password` and `url` (the repository URL or a prefix of it the
+    /// credentials are for; they are sent nowhere else), or a `kubernetes.io/dockerconfigjson`
+    /// Secret whose `auths` names the repository's host; it must be labelled
     /// `sync.kuvryn.io/registry-credentials: "true"`. Omit for public charts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,

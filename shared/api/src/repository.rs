@@ -99,7 +99,9 @@ pub struct GitSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
     /// Secret with credentials for a private remote; it must be labelled
-    /// `sync.kuvryn.io/git-credentials: "true"`. Omit for public remotes.
+    /// `sync.kuvryn.io/git-credentials: "true"`. An optional `url` key binds them to that URL
+    /// prefix (the remote must be within it); without it they go only to this URL's host.
+    /// Omit for public remotes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<SecretReference>,
 }

@@ -58,7 +58,7 @@ pub const TOKEN_USERNAME: &str = "git";
 pub const ANONYMOUS_IDENTITY: &str = "anonymous";
 
 /// Keys whose values are not secret (user names, host keys, CA certificates).
-const PUBLIC_KEYS: &[&str] = &[USERNAME, KNOWN_HOSTS, CA_BUNDLE];
+const PUBLIC_KEYS: &[&str] = &[USERNAME, KNOWN_HOSTS, CA_BUNDLE, crate::credential_scope::URL_KEY];
 
 /// https basic authentication.
 #[derive(Clone, Debug)]
@@ -217,6 +217,9 @@ pub enum CredentialsError {
         /// What the URL needs.
         needed: &'static str,
     },
+    /// The Secret's `url` key does not cover the remote ([`crate::credential_scope`]).
+    #[error(transparent)]
+    Scope(#[from] crate::credential_scope::CredentialScopeError),
     /// `git://` cannot authenticate.
     #[error(
         "git:// URLs have no authentication; remove spec.git.auth or use an https or ssh URL with Secret {secret}"
@@ -319,6 +322,15 @@ impl GitCredentials {
         check_label(secret)?;
         let id = secret_id(secret);
         let raw = secret_values(secret);
+        // A declared `url` binds the Secret to that prefix; without one it is bound to this
+        // remote's own scheme, host and port (see crate::credential_scope).
+        crate::credential_scope::check_declared(
+            &id,
+            &raw,
+            &url.original,
+            false,
+            "Git credentials",
+        )?;
         let values = Values { secret: id.clone(), raw: &raw };
         let has_basic = values.has(PASSWORD) || values.has(TOKEN);
         let has_ssh = values.has(IDENTITY) || values.has(SSH_PRIVATE_KEY);
@@ -529,6 +541,33 @@ mod tests {
 
     const HTTPS: &str = "https://git.example.com/a.git";
     const SSH: &str = "git@git.example.com:a.git";
+
+    #[test]
+    fn a_declared_url_binds_git_credentials_to_its_prefix() {
+        let data =
+            [(USERNAME, "bot"), (PASSWORD, PASSWORD_CANARY), ("url", "https://git.example.com/")];
+        let creds = GitCredentials::from_secret(&labelled(&data), &url(HTTPS)).expect("covered");
+        assert!(creds.redactor().redact("https://git.example.com/").contains("git.example.com"));
+        for elsewhere in ["https://evil.example.com/a.git", "http://git.example.com/a.git"] {
+            let err = GitCredentials::from_secret(&labelled(&data), &url(elsewhere))
+                .expect_err(elsewhere);
+            assert!(matches!(err, CredentialsError::Scope(_)), "{err}");
+            assert_eq!(err.reason(), FailureReason::AuthenticationFailure);
+            assert!(err.to_string().contains("url key"), "{err}");
+            assert!(!err.to_string().contains(PASSWORD_CANARY));
+        }
+        let scp = [
+            (IDENTITY, key()),
+            (KNOWN_HOSTS, KNOWN.to_owned()),
+            ("url", "ssh://git.example.com/org".to_owned()),
+        ];
+        let scp: Vec<(&str, &str)> = scp.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert!(
+            GitCredentials::from_secret(&labelled(&scp), &url("git@git.example.com:org/a.git"))
+                .is_ok()
+        );
+        assert!(GitCredentials::from_secret(&labelled(&scp), &url(SSH)).is_err(), "outside /org");
+    }
 
     #[test]
     fn accepted_forms() {

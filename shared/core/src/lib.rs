@@ -15,6 +15,9 @@
 //! | [`duration`] | the one duration grammar (`90s`, `5m`, `1h30m`, `500ms`) |
 //! | [`url`] | which Git URLs are accepted, and the credential scope of each |
 //! | [`credentials`] | Git credentials from a labelled Secret |
+//! | [`credential_scope`] | which URLs a credential Secret's declared `url` covers |
+//! | [`oci_name`] | whether an OCI chart name (with its registry path) follows the distribution name grammar |
+//! | [`checkout`] | how much of a commit's tree a checkout may write (files, bytes, depth) |
 //! | [`discovery`] | `.ksync.yaml` parsing and which Applications to create, update or delete |
 //! | [`desired`] | normalising and validating rendered objects, and `desiredStateHash` |
 //! | [`order`] | the order objects are applied (stages, waves, kinds) and deleted in |
@@ -36,7 +39,9 @@
 
 pub mod admission;
 pub mod application;
+pub mod checkout;
 pub mod conditions;
+pub mod credential_scope;
 pub mod credentials;
 pub mod dependencies;
 pub mod desired;
@@ -53,6 +58,7 @@ pub mod image_writeback;
 pub mod inventory;
 pub mod kstatus;
 pub mod notify;
+pub mod oci_name;
 pub mod order;
 pub mod plan;
 pub mod prune;

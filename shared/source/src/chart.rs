@@ -7,7 +7,8 @@
 //!   (no ranges), its first URL resolved against the repository URL, then the archive (at most
 //!   [`PullOptions::max_archive_bytes`]); the index's `digest`, when given, must match.
 //! - **OCI registries** (`oci://host[:port]/path`): the OCI distribution API for
-//!   `<path>/<name>:<version>` (`+` in a version becomes `_`, as Helm tags it): the manifest, then
+//!   `<path>/<name>:<version>` (`+` in a version becomes `_`, as Helm tags it; `<path>/<name>`
+//!   must follow the distribution name grammar, [`kuvryn_sync_core::oci_name`]): the manifest, then
 //!   its one layer of media type [`HELM_CHART_LAYER`], checked against the layer digest. A `401`
 //!   is answered per the registry's `WWW-Authenticate`: `Basic` with the credentials, or `Bearer`
 //!   through the token endpoint it names.
@@ -71,6 +72,12 @@ impl std::fmt::Debug for ChartCredentials {
 impl From<kuvryn_sync_core::helm_values::RegistryCredentials> for ChartCredentials {
     fn from(credentials: kuvryn_sync_core::helm_values::RegistryCredentials) -> Self {
         Self { username: credentials.username, password: credentials.password }
+    }
+}
+
+impl From<kuvryn_sync_core::image_policy::RegistryLogin> for ChartCredentials {
+    fn from(login: kuvryn_sync_core::image_policy::RegistryLogin) -> Self {
+        Self { username: login.username, password: login.password }
     }
 }
 
@@ -367,6 +374,11 @@ impl ChartPuller {
     ) -> Result<Vec<u8>, ChartPullError> {
         let repo =
             if path.is_empty() { request.name.clone() } else { format!("{path}/{}", request.name) };
+        if let Some(problem) = kuvryn_sync_core::oci_name::name_problem(&repo) {
+            let rule =
+                format!("the chart name with the registry path ({repo:?}) is refused: {problem}");
+            return Err(invalid(request, redactor, &redactor.redact(&rule)));
+        }
         let tag = request.version.replace('+', "_");
         if !valid_tag(&tag) {
             return Err(invalid(request, redactor, "the version is not a valid OCI tag"));

@@ -11,8 +11,14 @@
 //!   an exclusive lock file (for several processes); checked-out trees are written once per commit
 //!   into a temporary directory, made read-only and renamed into place. Above `max_bytes` the least
 //!   recently used trees and repositories are removed (never ones that are locked or in use).
+//! - **Checkout limits.** Before a tree is written, its entries are charged to a budget of
+//!   paths, bytes, single-file size and depth ([`kuvryn_sync_core::checkout`], set with
+//!   [`GitCache::with_limits`]) while walking the object database, blob sizes from object
+//!   headers; a tree over a limit (such as a "git bomb" of shared subtrees) is refused
+//!   ([`GitError::CheckoutLimit`]) without expanding it and nothing is written.
 //! - **Credentials.** https basic auth goes through gix's credential callback, only for the
-//!   configured scheme, host and port, and redirects are not followed; no credential helper or git
+//!   configured scheme, host and port (a Secret's `url` key is checked against the remote by
+//!   [`kuvryn_sync_core::credentials`]), and redirects are not followed; no credential helper or git
 //!   configuration from the environment is ever consulted (repositories are opened isolated). ssh
 //!   runs the `ssh` program through a generated wrapper with a temporary key file (0600), a
 //!   temporary `known_hosts`, strict host-key checking, batch mode, no agent, no user ssh config,
@@ -131,6 +137,15 @@ pub enum GitError {
         /// The remote, redacted.
         url: String,
         /// What went wrong, redacted.
+        message: String,
+    },
+    /// The commit's tree breaks a checkout limit ([`kuvryn_sync_core::checkout`]); nothing was
+    /// written.
+    #[error("checking out commit {commit} refused: {message}")]
+    CheckoutLimit {
+        /// The commit.
+        commit: String,
+        /// Which limit, its flag and the path reached, redacted.
         message: String,
     },
     /// The local cache could not be used.

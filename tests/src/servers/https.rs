@@ -54,12 +54,14 @@ impl HttpsGit {
         std::fs::create_dir_all(d.join("www"))?;
         let port = free_port()?;
         let conf = format!(
-            r#"server.modules = ("mod_alias","mod_auth","mod_authn_file","mod_cgi","mod_setenv","mod_openssl")
+            r#"server.modules = ("mod_alias","mod_auth","mod_authn_file","mod_cgi","mod_setenv","mod_openssl","mod_accesslog")
 server.document-root = "{d}/www"
 server.bind = "127.0.0.1"
 server.port = {port}
 server.pid-file = "{d}/lighttpd.pid"
 server.errorlog = "{d}/error.log"
+accesslog.filename = "{d}/access.log"
+accesslog.format = "%r %>s authorization=\"%{{Authorization}}i\""
 ssl.engine = "enable"
 ssl.pemfile = "{d}/{cert}"
 ssl.privkey = "{d}/{key}"
@@ -102,5 +104,11 @@ $HTTP["url"] =~ "^/git" {{
     /// lighttpd's process id.
     pub fn pid(&self) -> u32 {
         self.process.pid()
+    }
+
+    /// The access log so far: one line per request, `METHOD TARGET PROTOCOL STATUS
+    /// authorization="…"` (the request's `Authorization` header, `-` when absent).
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("access.log")).unwrap_or_default()
     }
 }

@@ -120,6 +120,39 @@ impl BareRepo {
         self.git_run(args)
     }
 
+    /// Make `main` of the bare repository a "git bomb": trees nesting `levels` levels of `width`
+    /// entries, every entry of a level the same subtree, over `width` copies of one small file,
+    /// so `width^(levels + 1)` paths in `levels + 2` objects (a few kilobytes). Written with
+    /// `git mktree` and `git commit-tree` straight into the bare repository (the work tree is
+    /// left behind); returns the commit.
+    pub fn push_bomb(&self, levels: usize, width: usize) -> Result<String> {
+        let blob = self.bare_with_input(&["hash-object", "-w", "--stdin"], "kind: bomb\n")?;
+        let leaves: String =
+            (0..width).map(|i| format!("100644 blob {blob}\tf{i}.yaml\n")).collect();
+        let mut tree = self.bare_with_input(&["mktree"], &leaves)?;
+        for _ in 0..levels {
+            let dirs: String = (0..width).map(|i| format!("040000 tree {tree}\td{i}\n")).collect();
+            tree = self.bare_with_input(&["mktree"], &dirs)?;
+        }
+        let parent = self.bare_with_input(&["rev-parse", "refs/heads/main"], "")?;
+        let commit = self.bare_with_input(&["commit-tree", &tree, "-p", &parent], "bomb\n")?;
+        self.bare_with_input(&["update-ref", "refs/heads/main", &commit], "")?;
+        Ok(commit)
+    }
+
+    /// Run `git args` in the bare repository with `input` on stdin; its trimmed stdout.
+    fn bare_with_input(&self, args: &[&str], input: &str) -> Result<String> {
+        use std::io::Write;
+        use std::process::Stdio;
+        let mut cmd = git(self.home.path());
+        cmd.current_dir(&self.path).args(args);
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn()?;
+        child.stdin.take().context("stdin")?.write_all(input.as_bytes())?;
+        let output = child.wait_with_output()?;
+        anyhow::ensure!(output.status.success(), "git {args:?} failed");
+        Ok(String::from_utf8(output.stdout)?.trim().to_owned())
+    }
+
     /// A clean HOME for other `git` invocations against this repository.
     pub fn home(&self) -> &Path {
         self.home.path()

@@ -12,7 +12,10 @@ use std::{
     collections::{HashMap, HashSet},
     ffi::OsStr,
     fs::{self, File},
-    os::unix::{ffi::OsStrExt, fs::PermissionsExt},
+    os::unix::{
+        ffi::OsStrExt,
+        fs::{OpenOptionsExt, PermissionsExt},
+    },
     path::{Path, PathBuf},
     sync::{
         Condvar, Mutex,
@@ -24,10 +27,15 @@ use std::{
 use gix::ObjectId;
 
 use super::{FetchRequest, GitError, Resolved, cache_key, fetch, is_full_commit, key_dir};
+use kuvryn_sync_core::checkout::{CheckoutBudget, CheckoutLimitExceeded, CheckoutLimits};
 use kuvryn_sync_core::redact::Redactor;
 
-/// Deepest directory nesting we materialise.
+/// Deepest directory nesting [`TreeIds`] looks through.
 const MAX_TREE_DEPTH: usize = 256;
+
+/// Refused checkouts remembered (key and commit), so a poll of a refused commit does not walk
+/// its tree again; cleared when full.
+const MAX_REFUSED: usize = 1024;
 
 /// Counters over the lifetime of a [`GitCache`], for tests, benchmarks and metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,6 +63,8 @@ struct Counters {
 pub struct GitCache {
     root: PathBuf,
     max_bytes: u64,
+    limits: CheckoutLimits,
+    refused: Mutex<HashMap<String, String>>,
     busy: Mutex<HashSet<String>>,
     released: Condvar,
     counters: Counters,
@@ -136,7 +146,9 @@ impl TreeIds {
         let (kind, id) = self.entry(path)?;
         match kind {
             EntryKind::Blob | EntryKind::BlobExecutable => Some(id.to_string()),
-            EntryKind::Tree => self.self_contained(id, 0).then(|| id.to_string()),
+            EntryKind::Tree => {
+                self.self_contained(id, 0, &mut HashSet::new()).then(|| id.to_string())
+            }
             EntryKind::Link | EntryKind::Commit => None,
         }
     }
@@ -148,8 +160,10 @@ impl TreeIds {
         if !matches!(kind, EntryKind::Blob | EntryKind::BlobExecutable) {
             return None;
         }
-        let blob = self.repo.find_blob(id).ok()?;
-        (blob.data.len() as u64 <= max_bytes).then(|| blob.data.to_vec())
+        if self.repo.find_header(id).ok()?.size() > max_bytes {
+            return None; // refused unread
+        }
+        Some(self.repo.find_blob(id).ok()?.data.to_vec())
     }
 
     /// Whether `path` names a directory (a tree) in this commit.
@@ -189,16 +203,20 @@ impl TreeIds {
     }
 
     /// Whether tree `id` holds only files and trees (no symbolic link or submodule) all the way
-    /// down.
-    fn self_contained(&self, id: ObjectId, depth: usize) -> bool {
+    /// down. Each distinct subtree is looked at once (`seen`), so trees that share subtrees
+    /// cost their distinct objects, not their paths.
+    fn self_contained(&self, id: ObjectId, depth: usize, seen: &mut HashSet<ObjectId>) -> bool {
         use gix::object::tree::EntryKind;
         if depth > MAX_TREE_DEPTH {
             return false;
         }
+        if !seen.insert(id) {
+            return true; // already found self-contained (a failure stops the walk)
+        }
         let Some(entries) = self.entries(id) else { return false };
         entries.into_iter().all(|(_, kind, child)| match kind {
             EntryKind::Blob | EntryKind::BlobExecutable => true,
-            EntryKind::Tree => self.self_contained(child, depth + 1),
+            EntryKind::Tree => self.self_contained(child, depth + 1, seen),
             EntryKind::Link | EntryKind::Commit => false,
         })
     }
@@ -301,10 +319,38 @@ impl GitCache {
         Ok(Self {
             root,
             max_bytes,
+            limits: CheckoutLimits::default(),
+            refused: Mutex::new(HashMap::new()),
             busy: Mutex::new(HashSet::new()),
             released: Condvar::new(),
             counters: Counters::default(),
         })
+    }
+
+    /// This cache with `limits` on every checkout [`GitCache::tree`] writes (default:
+    /// [`CheckoutLimits::default`]).
+    pub fn with_limits(mut self, limits: CheckoutLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The checkout limits in force.
+    pub fn limits(&self) -> CheckoutLimits {
+        self.limits
+    }
+
+    /// The message a checkout of `commit` under `key` was refused with earlier, if any.
+    fn refused(&self, key: &str, commit: &str) -> Option<String> {
+        let refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        refused.get(&format!("{key}/{commit}")).cloned()
+    }
+
+    fn remember_refused(&self, key: &str, commit: &str, message: &str) {
+        let mut refused = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if refused.len() >= MAX_REFUSED {
+            refused.clear();
+        }
+        refused.insert(format!("{key}/{commit}"), message.to_owned());
     }
 
     /// The cache directory.
@@ -408,7 +454,26 @@ impl GitCache {
                     .find_commit(id)
                     .and_then(|c| c.tree_id().map(|t| t.detach()))
                     .map_err(|e| GitError::cache(&redactor, "reading the commit", e))?;
-                if let Err(e) = write_tree(&repo, tree_id, &tmp, 0) {
+                if let Some(refused) = self.refused(&key, &commit) {
+                    return Err(GitError::CheckoutLimit {
+                        commit: commit.clone(),
+                        message: refused,
+                    });
+                }
+                match check_limits(&repo, tree_id, self.limits) {
+                    Ok(()) => {}
+                    Err(CheckoutError::Limit(exceeded)) => {
+                        let message = redactor.redact(&exceeded.to_string());
+                        self.remember_refused(&key, &commit, &message);
+                        return Err(GitError::CheckoutLimit { commit: commit.clone(), message });
+                    }
+                    Err(CheckoutError::Read(e)) => {
+                        return Err(GitError::cache(&redactor, "reading the tree", e));
+                    }
+                }
+                let mut buf = Vec::new();
+                if let Err(e) = write_tree(&repo, tree_id, &tmp, 0, self.limits.max_depth, &mut buf)
+                {
                     let _ = remove_tree(&tmp);
                     return Err(GitError::cache(&redactor, "checking out the tree", e));
                 }
@@ -627,16 +692,81 @@ fn safe_component(name: &[u8]) -> bool {
         || name.contains(&0))
 }
 
-/// Write the tree `id` into the new directory `dir`, then make it read-only.
+/// The paths of `root`'s tree, charged to a [`CheckoutBudget`] before anything is written: each
+/// entry once, blob and link sizes from the object header (the blob is not read). A tree that
+/// names a shared subtree many times is refused after `max_files` entries, never expanded.
+fn check_limits(
+    repo: &gix::Repository,
+    root: ObjectId,
+    limits: CheckoutLimits,
+) -> Result<(), CheckoutError> {
+    use gix::object::tree::EntryKind;
+    let mut budget = CheckoutBudget::new(limits);
+    // A blob named many times (a bomb's leaves) has its header read once.
+    let mut sizes: HashMap<ObjectId, u64> = HashMap::new();
+    let mut stack: Vec<(ObjectId, usize, String)> = vec![(root, 0, String::new())];
+    while let Some((id, depth, prefix)) = stack.pop() {
+        let tree = repo.find_tree(id).map_err(|e| CheckoutError::Read(e.to_string()))?;
+        let decoded = tree.decode().map_err(|e| CheckoutError::Read(e.to_string()))?;
+        for entry in &decoded.entries {
+            let path = if prefix.is_empty() {
+                String::from_utf8_lossy(entry.filename).into_owned()
+            } else {
+                format!("{prefix}/{}", String::from_utf8_lossy(entry.filename))
+            };
+            let kind = entry.mode.kind();
+            let size = match kind {
+                EntryKind::Blob | EntryKind::BlobExecutable | EntryKind::Link => {
+                    let oid = entry.oid.to_owned();
+                    Some(match sizes.get(&oid) {
+                        Some(size) => *size,
+                        None => {
+                            let size = repo
+                                .find_header(oid)
+                                .map_err(|e| CheckoutError::Read(e.to_string()))?
+                                .size();
+                            sizes.insert(oid, size);
+                            size
+                        }
+                    })
+                }
+                EntryKind::Tree | EntryKind::Commit => None,
+            };
+            budget.charge(&path, depth + 1, size).map_err(CheckoutError::Limit)?;
+            if kind == EntryKind::Tree {
+                stack.push((entry.oid.to_owned(), depth + 1, path));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why a tree was not checked out.
+#[derive(Debug)]
+enum CheckoutError {
+    /// A checkout limit; nothing was written.
+    Limit(CheckoutLimitExceeded),
+    /// The objects could not be read.
+    Read(String),
+}
+
+/// Write the tree `id` into the new directory `dir`, then make it read-only. Run only after
+/// [`check_limits`] accepted the tree. Each blob is decoded into `buf`, one reused buffer no
+/// larger than the largest file allowed (gix decodes packed, deltified objects whole; there is
+/// no streaming read for them), and written to its file from there.
 fn write_tree(
     repo: &gix::Repository,
     id: ObjectId,
     dir: &Path,
     depth: usize,
+    max_depth: usize,
+    buf: &mut Vec<u8>,
 ) -> Result<(), String> {
     use gix::object::tree::EntryKind;
-    if depth > MAX_TREE_DEPTH {
-        return Err(format!("tree nesting deeper than {MAX_TREE_DEPTH}"));
+    use gix::objs::Find;
+    use std::io::Write;
+    if depth > max_depth {
+        return Err(format!("tree nesting deeper than {max_depth}"));
     }
     fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let entries: Vec<(Vec<u8>, EntryKind, ObjectId)> = {
@@ -648,6 +778,13 @@ fn write_tree(
             .map(|e| (e.filename.to_vec(), e.mode.kind(), e.oid.to_owned()))
             .collect()
     };
+    let read_blob = |oid: ObjectId, buf: &mut Vec<u8>| -> Result<(), String> {
+        match repo.objects.try_find(&oid, buf).map_err(|e| e.to_string())? {
+            Some(data) if data.kind == gix::object::Kind::Blob => Ok(()),
+            Some(_) => Err(format!("object {oid} is not a blob")),
+            None => Err(format!("object {oid} is missing")),
+        }
+    };
     for (name, kind, oid) in entries {
         if !safe_component(&name) {
             return Err(format!(
@@ -657,18 +794,21 @@ fn write_tree(
         }
         let path = dir.join(OsStr::from_bytes(&name));
         match kind {
-            EntryKind::Tree => write_tree(repo, oid, &path, depth + 1)?,
+            EntryKind::Tree => write_tree(repo, oid, &path, depth + 1, max_depth, buf)?,
             EntryKind::Blob | EntryKind::BlobExecutable => {
-                let blob = repo.find_blob(oid).map_err(|e| e.to_string())?;
-                fs::write(&path, &blob.data)
-                    .map_err(|e| format!("writing {}: {e}", path.display()))?;
+                read_blob(oid, buf)?;
                 let mode = if kind == EntryKind::BlobExecutable { 0o555 } else { 0o444 };
-                fs::set_permissions(&path, fs::Permissions::from_mode(mode))
-                    .map_err(|e| e.to_string())?;
+                let mut file = fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(mode)
+                    .open(&path)
+                    .map_err(|e| format!("creating {}: {e}", path.display()))?;
+                file.write_all(buf).map_err(|e| format!("writing {}: {e}", path.display()))?;
             }
             EntryKind::Link => {
-                let blob = repo.find_blob(oid).map_err(|e| e.to_string())?;
-                std::os::unix::fs::symlink(OsStr::from_bytes(&blob.data), &path)
+                read_blob(oid, buf)?;
+                std::os::unix::fs::symlink(OsStr::from_bytes(buf), &path)
                     .map_err(|e| format!("linking {}: {e}", path.display()))?;
             }
             // Submodules are not fetched: an empty, read-only directory marks them.
@@ -756,5 +896,163 @@ mod tests {
         assert_ne!(later.id("apps/b"), ids.id("apps/b"), "a changed folder gets a new id");
         assert!(TreeIds::of_checkout(&root.path().join("KEY/other").join(&second)).is_none());
         assert!(TreeIds::of_checkout(&root.path().join("KEY/trees/main")).is_none());
+    }
+
+    /// A bare repository at `req`'s cache entry, as `git` builds it, so [`GitCache::tree`] finds
+    /// the commits there and fetches nothing.
+    fn cache_repo(cache: &GitCache, req: &FetchRequest) -> PathBuf {
+        let repo = cache.entry_dir(req).join("repo");
+        fs::create_dir_all(&repo).expect("mkdir");
+        git(&repo, &["init", "--quiet", "--bare"]);
+        repo
+    }
+
+    /// Run `git` with `input` on stdin; returns its trimmed stdout.
+    fn git_with_input(dir: &Path, args: &[&str], input: &str) -> String {
+        use std::io::Write;
+        let mut child = Command::new("git")
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("git runs");
+        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("stdin");
+        let output = child.wait_with_output().expect("git ends");
+        assert!(output.status.success(), "git {args:?}");
+        String::from_utf8(output.stdout).expect("utf-8").trim().to_owned()
+    }
+
+    /// A commit whose tree nests `levels` trees of `width` entries, every entry of a level the
+    /// same subtree, over `width` copies of one small file: `width^(levels+1)` paths in
+    /// `levels + 2` objects.
+    fn bomb(repo: &Path, levels: usize, width: usize) -> String {
+        let blob = git_with_input(repo, &["hash-object", "-w", "--stdin"], "kind: bomb\n");
+        let leaves: String = (0..width).map(|i| format!("100644 blob {blob}\tf{i}\n")).collect();
+        let mut tree = git_with_input(repo, &["mktree"], &leaves);
+        for _ in 0..levels {
+            let dirs: String = (0..width).map(|i| format!("040000 tree {tree}\td{i}\n")).collect();
+            tree = git_with_input(repo, &["mktree"], &dirs);
+        }
+        git_with_input(repo, &["commit-tree", &tree], "bomb\n")
+    }
+
+    /// A commit of one file `name` holding `size` zero bytes, written sparse.
+    fn big_file_commit(repo: &Path, scratch: &Path, name: &str, size: u64) -> String {
+        let file = scratch.join("big");
+        File::create(&file).and_then(|f| f.set_len(size)).expect("sparse file");
+        let blob = git(repo, &["hash-object", "-w", &file.to_string_lossy()]);
+        let tree = git_with_input(repo, &["mktree"], &format!("100644 blob {blob}\t{name}\n"));
+        git_with_input(repo, &["commit-tree", &tree], "big\n")
+    }
+
+    fn test_cache(dir: &Path) -> GitCache {
+        kuvryn_sync_runtime::tls::install_crypto_provider();
+        GitCache::new(dir.join("cache"), 1 << 40).expect("cache")
+    }
+
+    /// Nothing of `commit` (not even a temporary directory) was left under the entry's trees.
+    fn assert_nothing_written(cache: &GitCache, req: &FetchRequest) {
+        let trees = cache.entry_dir(req).join("trees");
+        let left: Vec<_> = fs::read_dir(&trees)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.iter().all(|n| n.to_string_lossy().ends_with(".lock")), "written: {left:?}");
+        assert_eq!(cache.stats().trees_written, 0);
+    }
+
+    #[test]
+    fn a_git_bomb_is_refused_after_the_file_limit_without_expanding_or_writing_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = test_cache(dir.path());
+        let req = FetchRequest::new("git://example.invalid/bomb.git", "main");
+        let repo = cache_repo(&cache, &req);
+        let commit = bomb(&repo, 9, 10); // 10^10 files
+        let started = std::time::Instant::now();
+        let err = cache.tree(&req, &commit).expect_err("refused");
+        let took = started.elapsed();
+        assert!(matches!(err, GitError::CheckoutLimit { .. }), "{err}");
+        assert_eq!(err.reason(), kuvryn_sync_api::FailureReason::SourceFailure);
+        let message = err.to_string();
+        assert!(message.contains("more than 100000 paths"), "{message}");
+        assert!(message.contains("--checkout-max-files"), "{message}");
+        assert!(took < std::time::Duration::from_secs(30), "the walk took {took:?}");
+        assert_nothing_written(&cache, &req);
+        // Asking again answers from memory, with the same message.
+        let again = cache.tree(&req, &commit).expect_err("still refused");
+        assert_eq!(again.to_string(), message);
+        assert_nothing_written(&cache, &req);
+    }
+
+    #[test]
+    fn a_file_over_the_size_limit_is_refused_from_its_object_header() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = test_cache(dir.path());
+        let req = FetchRequest::new("git://example.invalid/big.git", "main");
+        let repo = cache_repo(&cache, &req);
+        let limit = CheckoutLimits::default().max_file_bytes;
+        let commit = big_file_commit(&repo, dir.path(), "model.bin", limit + 1);
+        let err = cache.tree(&req, &commit).expect_err("refused");
+        let message = err.to_string();
+        assert!(message.contains(&format!("a file of {} bytes", limit + 1)), "{message}");
+        assert!(message.contains("\"model.bin\""), "{message}");
+        assert!(message.contains("--checkout-max-file-bytes"), "{message}");
+        assert_nothing_written(&cache, &req);
+    }
+
+    #[test]
+    fn trees_within_the_limits_are_written_and_the_other_limits_refuse_theirs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let limits = CheckoutLimits {
+            max_files: 12,
+            max_total_bytes: 3000,
+            max_file_bytes: 1024,
+            max_depth: 2,
+        };
+        let cache = test_cache(dir.path()).with_limits(limits);
+        let req = FetchRequest::new("git://example.invalid/limits.git", "main");
+        let repo = cache_repo(&cache, &req);
+        // 1 + 10 + ... = a root of 3 dirs of 3 files: 12 paths, 9 files of 300 bytes.
+        let content = "x".repeat(299) + "\n";
+        let blob = git_with_input(&repo, &["hash-object", "-w", "--stdin"], &content);
+        let files: String = (0..3).map(|i| format!("100644 blob {blob}\tf{i}.yaml\n")).collect();
+        let sub = git_with_input(&repo, &["mktree"], &files);
+        let dirs: String = (0..3).map(|i| format!("040000 tree {sub}\td{i}\n")).collect();
+        let root = git_with_input(&repo, &["mktree"], &dirs);
+        let fits = git_with_input(&repo, &["commit-tree", &root], "fits\n");
+        let tree = cache.tree(&req, &fits).expect("within the limits");
+        let written = fs::read(tree.path().join("d2/f1.yaml")).expect("written");
+        assert_eq!(written, content.as_bytes());
+        let mode = fs::metadata(tree.path().join("d2/f1.yaml")).expect("meta").permissions();
+        assert_eq!(mode.mode() & 0o777, 0o444, "read-only");
+        drop(tree);
+
+        // A fourth directory: 16 paths.
+        let four: String = (0..4).map(|i| format!("040000 tree {sub}\td{i}\n")).collect();
+        let root4 = git_with_input(&repo, &["mktree"], &four);
+        let more = git_with_input(&repo, &["commit-tree", &root4], "more\n");
+        let err = cache.tree(&req, &more).expect_err("too many paths");
+        assert!(err.to_string().contains("--checkout-max-files"), "{err}");
+
+        // Bigger files: 9 x 400 bytes = 3600 bytes.
+        let bigger = git_with_input(&repo, &["hash-object", "-w", "--stdin"], &"y".repeat(400));
+        let files: String = (0..3).map(|i| format!("100644 blob {bigger}\tf{i}\n")).collect();
+        let sub = git_with_input(&repo, &["mktree"], &files);
+        let dirs: String = (0..3).map(|i| format!("040000 tree {sub}\td{i}\n")).collect();
+        let root = git_with_input(&repo, &["mktree"], &dirs);
+        let heavy = git_with_input(&repo, &["commit-tree", &root], "heavy\n");
+        let err = cache.tree(&req, &heavy).expect_err("too many bytes");
+        assert!(err.to_string().contains("--checkout-max-bytes"), "{err}");
+
+        // Three levels of directories.
+        let deep = bomb(&repo, 2, 1);
+        let err = cache.tree(&req, &deep).expect_err("too deep");
+        assert!(err.to_string().contains("--checkout-max-depth"), "{err}");
+        assert_eq!(cache.stats().trees_written, 1, "only the tree within the limits");
     }
 }
