@@ -364,7 +364,7 @@ fn render_chart(
         limits: Limits::default(),
     };
     let mut out = SourceRender::default();
-    let workspace = source::private_copy(&request, &mut out)?;
+    let workspace = source::private_copy(&request, &mut out, values_files)?;
     let (objects, secrets) = engine(&workspace)?;
     out.secrets.extend(secrets);
     out.objects = objects;

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -63,6 +64,18 @@ pub struct HelmRenderer {
     helper: PathBuf,
     library: PathBuf,
     env: RenderEnv,
+    prepare: Option<CommandHook>,
+}
+
+/// A change made to the helper's command before it is spawned (the caller's process sandbox:
+/// limits, namespaces).
+#[derive(Clone)]
+pub struct CommandHook(Arc<dyn Fn(&mut Command) + Send + Sync>);
+
+impl std::fmt::Debug for CommandHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommandHook")
+    }
 }
 
 impl HelmRenderer {
@@ -81,7 +94,16 @@ impl HelmRenderer {
         if !library.is_file() {
             return Err(HelmError::LibraryNotFound { searched: vec![library] });
         }
-        Ok(Self { helper, library, env })
+        Ok(Self { helper, library, env, prepare: None })
+    }
+
+    /// Let `prepare` adjust every helper command before it is spawned.
+    pub fn with_command_hook(
+        mut self,
+        prepare: impl Fn(&mut Command) + Send + Sync + 'static,
+    ) -> Self {
+        self.prepare = Some(CommandHook(Arc::new(prepare)));
+        self
     }
 
     /// The helper binary.
@@ -110,7 +132,8 @@ impl HelmRenderer {
             std::fs::create_dir(home.join(dir))?;
         }
 
-        let mut child = Command::new(&self.helper)
+        let mut command = Command::new(&self.helper);
+        command
             .env_clear()
             .env("SSL_CERT_FILE", &self.env.ssl_cert_file)
             .env("HELM_CONFIG_HOME", home.join("config"))
@@ -122,8 +145,11 @@ impl HelmRenderer {
             .current_dir(home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
+            .stderr(Stdio::piped());
+        if let Some(CommandHook(prepare)) = &self.prepare {
+            prepare(&mut command);
+        }
+        let mut child = command.spawn()?;
 
         let stdin = child.stdin.take();
         let writer = std::thread::spawn(move || {
