@@ -309,32 +309,44 @@ async fn render_helm(
             return (key, Found::Hit(hit));
         }
         let keys = keys.map(|k| k.keys);
-        let rendered = render_chart(&root, &path, keys.as_ref(), &kustomize, |workspace| {
-            let failed = |reason: FailureReason, message: String| RenderFailure { reason, message };
-            let files = helm::read_values_files(
-                workspace.root(),
-                &helm.values_files,
-                helm::Limits::default(),
-            )
-            .map_err(|e| failed(e.reason(), e.to_string()))?;
-            let input = ValuesInput { files, from, inline: helm.values.clone() };
-            let values = helm_values::assemble_values(&input)
+        // What the render reads from the repository: the chart directory (unless pulled) and
+        // the values files.
+        let reads: Vec<String> = pulled
+            .is_none()
+            .then(|| path.clone())
+            .into_iter()
+            .chain(helm.values_files.iter().cloned())
+            .collect();
+        let rendered =
+            render_chart((&path, &reads), &root, keys.as_ref(), &kustomize, |workspace| {
+                let failed =
+                    |reason: FailureReason, message: String| RenderFailure { reason, message };
+                let files = helm::read_values_files(
+                    workspace.root(),
+                    &helm.values_files,
+                    helm::Limits::default(),
+                )
                 .map_err(|e| failed(e.reason(), e.to_string()))?;
-            let chart = match &pulled {
-                Some(pulled) => ChartSource::Archive(&pulled.path),
-                None => ChartSource::Directory { repository_root: workspace.root(), path: &path },
-            };
-            let objects = helm::render(
-                &renderer,
-                chart,
-                &values,
-                &release,
-                &destination,
-                helm::Limits::default(),
-            )
-            .map_err(|e| failed(e.reason(), e.to_string()))?;
-            Ok((objects, values.secret_strings.clone()))
-        });
+                let input = ValuesInput { files, from, inline: helm.values.clone() };
+                let values = helm_values::assemble_values(&input)
+                    .map_err(|e| failed(e.reason(), e.to_string()))?;
+                let chart = match &pulled {
+                    Some(pulled) => ChartSource::Archive(&pulled.path),
+                    None => {
+                        ChartSource::Directory { repository_root: workspace.root(), path: &path }
+                    }
+                };
+                let objects = helm::render(
+                    &renderer,
+                    chart,
+                    &values,
+                    &release,
+                    &destination,
+                    helm::Limits::default(),
+                )
+                .map_err(|e| failed(e.reason(), e.to_string()))?;
+                Ok((objects, values.secret_strings.clone()))
+            });
         (key, Found::Rendered(rendered))
     })
     .await?;
@@ -344,8 +356,8 @@ async fn render_helm(
 /// The Helm steps on a private copy of the checkout: `engine` assembles the values and runs the
 /// chart, returning the objects and the secret values it read; then Secret data is decrypted.
 fn render_chart(
+    (path, reads): (&str, &[String]),
     root: &Path,
-    path: &str,
     keys: Option<&AgeKeys>,
     kustomize: &Kustomize,
     engine: impl FnOnce(
@@ -364,7 +376,7 @@ fn render_chart(
         limits: Limits::default(),
     };
     let mut out = SourceRender::default();
-    let workspace = source::private_copy(&request, &mut out, values_files)?;
+    let workspace = source::private_copy(&request, &mut out, Some(reads))?;
     let (objects, secrets) = engine(&workspace)?;
     out.secrets.extend(secrets);
     out.objects = objects;

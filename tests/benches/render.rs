@@ -233,8 +233,9 @@ fn ours_helm(
         limits: Limits::default(),
     };
     let mut out = SourceRender::default();
-    let workspace =
-        source::private_copy(&request, &mut out).map_err(|f| anyhow::anyhow!("{}", f.message))?;
+    let reads = [CHART.to_owned(), VALUES_FILE.to_owned()];
+    let workspace = source::private_copy(&request, &mut out, Some(&reads))
+        .map_err(|f| anyhow::anyhow!("{}", f.message))?;
     let files = helm::read_values_files(workspace.root(), &values_files, helm::Limits::default())?;
     let values = helm_values::assemble_values(&ValuesInput { files, from: vec![], inline: None })?;
     out.secrets.extend(values.secret_strings.iter().cloned());

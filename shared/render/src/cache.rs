@@ -28,8 +28,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::kustomize::{
-    KUSTOMIZATION_FILE_NAMES, MAX_KUSTOMIZATION_BYTES, MAX_KUSTOMIZATIONS,
-    is_remote_entry,
+    KUSTOMIZATION_FILE_NAMES, MAX_KUSTOMIZATION_BYTES, MAX_KUSTOMIZATIONS, is_remote_entry,
 };
 use kuvryn_sync_api::RenderType;
 

@@ -189,8 +189,8 @@ pub fn render(
 ) -> Result<Vec<Rendered>, HelmRenderError> {
     validate_release_name(release_name)?;
     let redactor = values.redactor();
-    let work = crate::sandbox::temp_dir("ksync-chart-")
-        .map_err(|e| io_error("render directory", &e))?;
+    let work =
+        crate::sandbox::temp_dir("ksync-chart-").map_err(|e| io_error("render directory", &e))?;
     let chart_dir = match chart {
         ChartSource::Directory { repository_root, path } => {
             copy_chart(repository_root, path, &work.path().join("chart"), limits)?

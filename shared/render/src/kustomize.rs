@@ -324,8 +324,8 @@ impl Kustomize {
         let sandbox = self.engine_sandbox();
         let mut command = self.command(dir, home.path());
         sandbox.apply(&mut command);
-        let mut child = command.spawn().map_err(|err| {
-            match (sandbox.isolation, err.raw_os_error()) {
+        let mut child =
+            command.spawn().map_err(|err| match (sandbox.isolation, err.raw_os_error()) {
                 (NetworkIsolation::Required, Some(n)) if is_namespace_errno(n) => {
                     KustomizeError::IsolationUnavailable {
                         engine,
@@ -333,8 +333,7 @@ impl Kustomize {
                     }
                 }
                 _ => not_started(err),
-            }
-        })?;
+            })?;
         let finished = supervise(&mut child, self.timeout, self.max_output_bytes);
         match finished.outcome {
             Outcome::TimedOut => Err(KustomizeError::TimedOut {
@@ -345,10 +344,9 @@ impl Kustomize {
                 Err(KustomizeError::OutputTooLarge { engine, limit: self.max_output_bytes })
             }
             Outcome::Exited(status) if status.success() => Ok(finished.stdout),
-            Outcome::Exited(status) if stopped_by_cpu_limit(status) => Err(KustomizeError::CpuLimit {
-                engine,
-                seconds: sandbox.limits.max_cpu_seconds,
-            }),
+            Outcome::Exited(status) if stopped_by_cpu_limit(status) => {
+                Err(KustomizeError::CpuLimit { engine, seconds: sandbox.limits.max_cpu_seconds })
+            }
             Outcome::Exited(_) if out_of_memory(&finished.stderr_head) => {
                 Err(KustomizeError::MemoryLimit { engine, limit: sandbox.limits.max_memory_bytes })
             }

@@ -265,7 +265,10 @@ mod tests {
             ("kind: SecretGenerator\nenvs: [u]", "generators: SecretGenerator.envs"),
             ("kind: SecretGenerator\nenv: u", "generators: SecretGenerator.env"),
             ("kind: PatchTransformer\npath: u", "generators: PatchTransformer.path"),
-            ("kind: PatchJson6902Transformer\npath: u", "generators: PatchJson6902Transformer.path"),
+            (
+                "kind: PatchJson6902Transformer\npath: u",
+                "generators: PatchJson6902Transformer.path",
+            ),
             (
                 "kind: PatchStrategicMergeTransformer\npaths: [u]",
                 "generators: PatchStrategicMergeTransformer.paths",

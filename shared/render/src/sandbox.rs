@@ -148,7 +148,8 @@ impl Sandbox {
         unsafe {
             command.pre_exec(move || {
                 let set = |resource, soft: u64, hard: u64| {
-                    setrlimit(resource, soft, hard).map_err(|e| io::Error::from_raw_os_error(e as i32))
+                    setrlimit(resource, soft, hard)
+                        .map_err(|e| io::Error::from_raw_os_error(e as i32))
                 };
                 set(Resource::RLIMIT_CORE, 0, 0)?;
                 set(Resource::RLIMIT_AS, memory, memory)?;

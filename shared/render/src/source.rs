@@ -77,7 +77,7 @@ pub fn render(request: &RenderRequest<'_>) -> Result<SourceRender, RenderFailure
     let mut out = SourceRender::default();
     let workspace = match (request.render_type, request.keys) {
         (RenderType::Yaml, None) => None,
-        _ => Some(private_copy(request, &mut out, &[])?),
+        _ => Some(private_copy(request, &mut out, None)?),
     };
     let root = workspace.as_ref().map_or(request.root, Workspace::root);
     out.objects = match request.render_type {
@@ -102,24 +102,30 @@ pub fn render(request: &RenderRequest<'_>) -> Result<SourceRender, RenderFailure
 }
 
 /// A sealed private copy of what the render reads, SOPS files decrypted in it when there are
-/// keys. Only that is copied, never the whole commit: `type: yaml` and Helm copy
-/// `spec.source.path` (Helm also `also`, its values files); kustomize copies the path and what
-/// its kustomizations name ([`crate::kustomize::materialise`]).
+/// keys. Only that is copied, never the whole commit: `reads` when given (Helm: the chart
+/// directory unless pulled, and the values files), else `spec.source.path` for `type: yaml`
+/// and Helm, and for kustomize the path and what its kustomizations name
+/// ([`crate::kustomize::materialise`]).
 pub fn private_copy(
     request: &RenderRequest<'_>,
     out: &mut SourceRender,
-    also: &[String],
+    reads: Option<&[String]>,
 ) -> Result<Workspace, RenderFailure> {
     let failed = |e: RenderError| RenderFailure::new(e.reason(), e.to_string());
     let mut workspace = Workspace::empty(request.root, request.limits).map_err(failed)?;
     match request.render_type {
-        RenderType::Kustomize => {
-            kustomize::materialise(&mut workspace, request.path, request.kustomize.allow_remote_bases)
-                .map_err(|e| RenderFailure::new(e.reason(), e.to_string()))?;
+        RenderType::Kustomize if reads.is_none() => {
+            kustomize::materialise(
+                &mut workspace,
+                request.path,
+                request.kustomize.allow_remote_bases,
+            )
+            .map_err(|e| RenderFailure::new(e.reason(), e.to_string()))?;
         }
-        RenderType::Yaml | RenderType::Helm => {
+        _ => {
+            let default = [request.path.to_owned()];
             // Unsafe paths are left for the renderer to refuse with its own message.
-            for path in std::iter::once(request.path).chain(also.iter().map(String::as_str)) {
+            for path in reads.unwrap_or(&default) {
                 if let Some(relative) = inside_relative(path) {
                     workspace.materialise(&relative).map_err(failed)?;
                 }
@@ -139,9 +145,9 @@ pub fn private_copy(
 fn inside_relative(path: &str) -> Option<std::path::PathBuf> {
     let relative = Path::new(path);
     let plain = !relative.is_absolute()
-        && relative.components().all(|c| {
-            matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir)
-        });
+        && relative
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
     plain.then(|| relative.to_path_buf())
 }
 

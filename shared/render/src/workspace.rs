@@ -102,7 +102,10 @@ impl Workspace {
     /// the repository copies nothing. The [`Limits`] count everything copied into this workspace.
     pub fn materialise(&mut self, relative: &Path) -> Result<(), RenderError> {
         if self.sealed {
-            return Err(unreadable(WORKSPACE_DISPLAY, &std::io::ErrorKind::ReadOnlyFilesystem.into()));
+            return Err(unreadable(
+                WORKSPACE_DISPLAY,
+                &std::io::ErrorKind::ReadOnlyFilesystem.into(),
+            ));
         }
         let components: Vec<String> = relative
             .components()
