@@ -1011,6 +1011,79 @@ mod tests {
         ));
     }
 
+    /// A real HTTP server on 127.0.0.1 counting the connections it accepts.
+    fn counting_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::Write as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fetched\n";
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (port, accepted)
+    }
+
+    /// The check before the engine bypassed on purpose (the engine run directly on a
+    /// kustomization naming a URL): with isolation the network namespace stops the fetch; the
+    /// same run without isolation reaches the server, so the test can fail. This machine runs
+    /// the tests as root, where isolation must be available: no skipping.
+    #[test]
+    fn the_network_namespace_stops_what_the_check_would_miss() {
+        let (port, accepted) = counting_server();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join("app")).expect("mkdir");
+        std::fs::write(
+            repo.join("app/kustomization.yaml"),
+            format!("resources: [\"http://127.0.0.1:{port}/cm.yaml\"]\n"),
+        )
+        .expect("write");
+        let mut workspace =
+            Workspace::copy_of(&repo, crate::yaml::Limits::default()).expect("copy");
+        workspace.seal().expect("seal");
+        let app = workspace.root().join("app");
+        let mut engine = Kustomize::new(KustomizeProgram::detect(None));
+        engine.allow_remote_bases = false;
+
+        engine.sandbox.isolation = NetworkIsolation::Required;
+        let probe = engine.sandbox.probe(engine.program.path(), &["version", "--client"]);
+        assert_eq!(probe, crate::sandbox::IsolationSupport::Isolated, "isolation must work here");
+        let err = engine.run(&workspace, &app).expect_err("no network in the namespace");
+        assert!(matches!(err, KustomizeError::EngineFailed { .. }), "{err}");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "{err}");
+
+        engine.sandbox.isolation = NetworkIsolation::Auto;
+        assert!(engine.run(&workspace, &app).is_err());
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+        // The control: without isolation the very same run fetches from the server.
+        engine.sandbox.isolation = NetworkIsolation::Off;
+        let output = engine.run(&workspace, &app).expect("fetched");
+        assert!(String::from_utf8_lossy(&output).contains("fetched"));
+        assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    }
+
+    #[test]
+    fn remote_bases_allowed_turn_isolation_off_for_the_engine_only() {
+        let mut engine = Kustomize::new(KustomizeProgram::Kubectl("kubectl".into()));
+        engine.sandbox.isolation = NetworkIsolation::Required;
+        assert_eq!(engine.engine_sandbox().isolation, NetworkIsolation::Required);
+        engine.allow_remote_bases = true;
+        assert_eq!(engine.engine_sandbox().isolation, NetworkIsolation::Off);
+        assert_eq!(engine.engine_sandbox().limits, engine.sandbox.limits);
+    }
+
     #[test]
     fn log_headers_are_dropped_from_engine_messages() {
         let rows: &[(&str, &str)] = &[
