@@ -156,12 +156,11 @@ impl Sandbox {
                 set(Resource::RLIMIT_CPU, cpu.saturating_sub(1).max(1), cpu)?;
                 set(Resource::RLIMIT_FSIZE, file, file)?;
                 set(Resource::RLIMIT_NOFILE, open, open)?;
-                if isolation != NetworkIsolation::Off {
-                    if let Err(errno) = isolate_network(as_root) {
-                        if isolation == NetworkIsolation::Required {
-                            return Err(io::Error::from_raw_os_error(errno as i32));
-                        }
-                    }
+                if isolation != NetworkIsolation::Off
+                    && let Err(errno) = isolate_network(as_root)
+                    && isolation == NetworkIsolation::Required
+                {
+                    return Err(io::Error::from_raw_os_error(errno as i32));
                 }
                 Ok(())
             });

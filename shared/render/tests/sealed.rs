@@ -93,13 +93,16 @@ fn render(
     })
 }
 
+/// A kustomization, the extra files beside it, and the field its refusal names.
+type Case = (String, Vec<(&'static str, String)>, &'static str);
+
 /// One case per field kustomize loads a path or URL from: the kustomization (`{u}` is the
 /// server's URL), extra files, and the field the refusal must name.
 #[test]
 fn a_url_in_any_field_is_refused_naming_the_field_and_nothing_is_fetched() {
     let server = CountingServer::start();
     let u = server.url("x.yaml");
-    let cases: Vec<(String, Vec<(&str, String)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (format!("resources: [{u}]"), vec![], "resources"),
         (format!("bases: [{u}]"), vec![], "bases"),
         (format!("components: [{u}]"), vec![], "components"),
