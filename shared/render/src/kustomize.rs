@@ -9,12 +9,19 @@
 //!   `--load-restrictor LoadRestrictionsRootOnly` (files outside a kustomization's root stay
 //!   refused); `--enable-alpha-plugins`, `--enable-exec` and `--enable-helm` are never passed, so
 //!   exec and containerized KRM functions, legacy plugins and Helm charts stay disabled.
-//! - **Remote bases** are refused by default: before the engine runs, every kustomization file
-//!   reachable from the root through local `resources`, `bases`, `components`, `generators`,
-//!   `transformers` and `validators` entries is read, and any entry that is a URL or a remote git
-//!   spec ([`is_remote_entry`]) refuses the render, naming the file and the entry. Local entries
-//!   that leave the repository are refused too, and a kustomization that includes itself (a cycle)
-//!   fails with the entry that closes the loop. At most [`MAX_KUSTOMIZATIONS`] files are visited.
+//! - **No network from a kustomization**: before the engine runs, every kustomization file
+//!   reachable locally, and every builtin generator/transformer configuration it names (a file,
+//!   inline, or a directory of them), is read, and every entry of a field kustomize loads a path
+//!   or URL from ([`crate::references`], one table) is checked: a URL or remote Git spec
+//!   ([`is_remote_entry`]) refuses the render naming the file, the field and the entry (remote
+//!   `resources`/`bases`/`components` only pass with `allow_remote_bases`; remote files never
+//!   do), the Helm fields are refused outright, local entries that leave the repository are
+//!   refused, and a kustomization that includes itself (a cycle) fails with the entry that
+//!   closes the loop. At most [`MAX_KUSTOMIZATIONS`] files are visited. [`materialise`] runs the
+//!   same walk to copy only what the render reads into its workspace.
+//! - **The sandbox** ([`crate::sandbox`]): the engine starts in its own empty network namespace
+//!   (unless remote bases are allowed) under rlimits; a render over its memory or CPU limit
+//!   fails with a message naming the flag.
 //! - **The child process** gets a cleared environment (only `PATH`, `LANG=C`, and `HOME`,
 //!   `XDG_CONFIG_HOME`, `KUBECONFIG` pointing into an empty temporary directory: no kubeconfig,
 //!   credentials or proxy settings of the controller leak in), a null stdin, its own process group

@@ -1,5 +1,8 @@
-//! A private render workspace: a fresh temporary copy of the checked-out repository tree, made for
-//! one render that runs an engine (kustomize, Helm) or decrypts files, and removed afterwards.
+//! A private render workspace: a fresh temporary copy of what one render reads from the
+//! checked-out repository tree ([`Workspace::materialise`] path by path, or [`Workspace::copy_of`]
+//! the whole tree), made for one render that runs an engine (kustomize, Helm) or decrypts files,
+//! and removed afterwards. It lives under [`crate::sandbox::temp_root`], which the controller
+//! empties at start-up.
 //!
 //! Why a copy rather than the checkout itself:
 //! - every render gets its own directory, so one Application's engine never sees another's
