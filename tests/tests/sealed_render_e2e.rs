@@ -92,3 +92,53 @@ async fn a_generator_url_fails_its_render_fetches_nothing_and_the_neighbour_keep
     );
     Ok(())
 }
+
+/// Start-up empties --render-temp-dir: a sealed workspace with a decrypted file that a crashed
+/// controller left behind is removed before any render, and renders then work in that directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_removes_what_a_crash_left_in_the_render_temp_dir() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut env = env("sealed-tmp", false).await?;
+    let temp = tempfile::tempdir()?;
+    let leftover = temp.path().join("ksync-render-crashed/repo/app");
+    std::fs::create_dir_all(&leftover)?;
+    std::fs::write(leftover.join("secret.yaml"), "password: decrypted-left-behind\n")?;
+    for (path, mode) in [(leftover.join("secret.yaml"), 0o444), (leftover.clone(), 0o555)] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    }
+    let dir = temp.path().to_string_lossy().into_owned();
+    env.start_controller_with(&["--render-temp-dir", &dir], &[])?;
+    let commit = env
+        .push(
+            &[(
+                "apps/web/kustomization.yaml",
+                "configMapGenerator:\n- name: web\n  literals: [a=b]\n".to_owned(),
+            )],
+            "a kustomization",
+        )
+        .await?;
+    env.create_app("web", "apps/web", json!({"source": {"render": {"type": "kustomize"}}})).await?;
+    env.wait_synced("web", &commit).await?;
+    assert!(!temp.path().join("ksync-render-crashed").exists(), "the leftover is removed");
+    assert!(env.controller_log().contains("removed render files left by an earlier run"));
+    let mode = std::fs::metadata(temp.path())?.permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    Ok(())
+}
+
+/// `required` isolation cannot be combined with remote bases (the engine must fetch them): the
+/// controller refuses to start, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_isolation_with_remote_bases_refuses_to_start() -> Result<()> {
+    let mut env = env("sealed-flags", false).await?;
+    env.start_controller_with(
+        &["--render-network-isolation", "required", "--allow-remote-bases"],
+        &[],
+    )?;
+    let controller = env.controller.as_mut().expect("started");
+    let status = controller.wait_exit(std::time::Duration::from_secs(60)).await?;
+    assert!(!status.success());
+    let log = env.controller_log();
+    assert!(log.contains("cannot be combined with --allow-remote-bases"), "{log}");
+    Ok(())
+}
