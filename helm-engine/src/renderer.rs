@@ -254,8 +254,8 @@ fn interpret(status: ExitStatus, stdout: &[u8], stderr: &[u8]) -> Result<Rendere
     }
 }
 
-/// The last lines of stderr (a Go panic puts the reason first, but the tail is enough to see
-/// what died); never more than 2 KiB.
+/// The last lines of stderr, after the reason of a Go runtime crash (its `fatal error:` line,
+/// which comes before a stack dump longer than the tail); never much more than 2 KiB.
 fn tail(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let text = text.trim();
@@ -263,11 +263,18 @@ fn tail(stderr: &[u8]) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
+    let reason = text.lines().find(|line| line.starts_with("fatal error:")).map(|line| {
+        let mut end = line.len().min(200);
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{} ", &line[..end])
+    });
     let mut start = text.len() - max;
     while !text.is_char_boundary(start) {
         start += 1;
     }
-    format!("...{}", &text[start..])
+    format!("{}...{}", reason.unwrap_or_default(), &text[start..])
 }
 
 #[cfg(test)]

@@ -401,6 +401,7 @@ fn the_helper_renders_in_the_sandbox_and_fails_alone_over_its_memory_limit() {
     let err = render(&tight, web(&root), &values, "demo", "team-a", Limits::default())
         .expect_err("over its memory limit");
     assert_eq!(err.reason(), FailureReason::RenderFailure, "{err}");
+    assert!(err.to_string().contains("--render-max-memory"), "{err}");
     // The neighbour with the default limits is unaffected.
     render(&sandboxed, web(&root), &values, "demo", "team-a", Limits::default()).expect("renders");
 }
