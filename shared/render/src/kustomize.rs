@@ -1092,6 +1092,33 @@ mod tests {
     }
 
     #[test]
+    fn limit_deaths_are_recognised() {
+        use std::os::unix::process::ExitStatusExt;
+        let signalled = |signal: Signal| ExitStatus::from_raw(signal as i32);
+        let rows: &[(ExitStatus, bool)] = &[
+            (signalled(Signal::SIGXCPU), true),
+            (signalled(Signal::SIGKILL), true),
+            (signalled(Signal::SIGTERM), false),
+            (ExitStatus::from_raw(1 << 8), false),
+        ];
+        for (status, cpu) in rows {
+            assert_eq!(stopped_by_cpu_limit(*status), *cpu, "{status}");
+        }
+        let heads: &[(&str, bool)] = &[
+            ("fatal error: failed to reserve page summary memory\n", true),
+            ("runtime: out of memory: cannot allocate 4194304-byte block\n", true),
+            ("sh: fork: Cannot allocate memory", true),
+            ("Error: accumulating resources: missing", false),
+            ("", false),
+        ];
+        for (head, oom) in heads {
+            assert_eq!(out_of_memory(head.as_bytes()), *oom, "{head}");
+        }
+        assert!(is_namespace_errno(nix::errno::Errno::EPERM as i32));
+        assert!(!is_namespace_errno(nix::errno::Errno::ENOENT as i32));
+    }
+
+    #[test]
     fn log_headers_are_dropped_from_engine_messages() {
         let rows: &[(&str, &str)] = &[
             (
