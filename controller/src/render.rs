@@ -315,38 +315,34 @@ async fn render_helm(
             .is_none()
             .then(|| path.clone())
             .into_iter()
-            .chain(helm.values_files.iter().cloned())
+            .chain(helm.values_files.clone())
             .collect();
-        let rendered =
-            render_chart((&path, &reads), &root, keys.as_ref(), &kustomize, |workspace| {
-                let failed =
-                    |reason: FailureReason, message: String| RenderFailure { reason, message };
-                let files = helm::read_values_files(
-                    workspace.root(),
-                    &helm.values_files,
-                    helm::Limits::default(),
-                )
+        let rendered = render_chart(&root, &path, &reads, keys.as_ref(), &kustomize, |workspace| {
+            let failed = |reason: FailureReason, message: String| RenderFailure { reason, message };
+            let files = helm::read_values_files(
+                workspace.root(),
+                &helm.values_files,
+                helm::Limits::default(),
+            )
+            .map_err(|e| failed(e.reason(), e.to_string()))?;
+            let input = ValuesInput { files, from, inline: helm.values.clone() };
+            let values = helm_values::assemble_values(&input)
                 .map_err(|e| failed(e.reason(), e.to_string()))?;
-                let input = ValuesInput { files, from, inline: helm.values.clone() };
-                let values = helm_values::assemble_values(&input)
-                    .map_err(|e| failed(e.reason(), e.to_string()))?;
-                let chart = match &pulled {
-                    Some(pulled) => ChartSource::Archive(&pulled.path),
-                    None => {
-                        ChartSource::Directory { repository_root: workspace.root(), path: &path }
-                    }
-                };
-                let objects = helm::render(
-                    &renderer,
-                    chart,
-                    &values,
-                    &release,
-                    &destination,
-                    helm::Limits::default(),
-                )
-                .map_err(|e| failed(e.reason(), e.to_string()))?;
-                Ok((objects, values.secret_strings.clone()))
-            });
+            let chart = match &pulled {
+                Some(pulled) => ChartSource::Archive(&pulled.path),
+                None => ChartSource::Directory { repository_root: workspace.root(), path: &path },
+            };
+            let objects = helm::render(
+                &renderer,
+                chart,
+                &values,
+                &release,
+                &destination,
+                helm::Limits::default(),
+            )
+            .map_err(|e| failed(e.reason(), e.to_string()))?;
+            Ok((objects, values.secret_strings.clone()))
+        });
         (key, Found::Rendered(rendered))
     })
     .await?;
@@ -356,8 +352,9 @@ async fn render_helm(
 /// The Helm steps on a private copy of the checkout: `engine` assembles the values and runs the
 /// chart, returning the objects and the secret values it read; then Secret data is decrypted.
 fn render_chart(
-    (path, reads): (&str, &[String]),
     root: &Path,
+    path: &str,
+    reads: &[String],
     keys: Option<&AgeKeys>,
     kustomize: &Kustomize,
     engine: impl FnOnce(
