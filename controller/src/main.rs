@@ -135,6 +135,28 @@ struct Args {
     /// Time limit of one render (kustomize or Helm).
     #[arg(long, default_value = "60s", value_parser = flags::duration, value_name = "DURATION")]
     render_timeout: Duration,
+    /// Run the render helpers (kustomize, the Helm engine) in their own empty network namespace:
+    /// `auto` when the kernel allows it (logged once at start-up when not), `required` (refuse to
+    /// start, and to render, without it), or `off`. With --allow-remote-bases kustomize runs
+    /// without it (it fetches the bases), and `required` refuses to start.
+    #[arg(long, default_value = "auto", value_name = "auto|required|off")]
+    render_network_isolation: kuvryn_sync_render::sandbox::NetworkIsolation,
+    /// Address-space limit of each render helper process, in bytes.
+    #[arg(long, default_value_t = kuvryn_sync_render::sandbox::DEFAULT_MAX_MEMORY_BYTES, value_name = "BYTES")]
+    render_max_memory: u64,
+    /// CPU-time limit of each render helper process, in seconds.
+    #[arg(long, default_value_t = kuvryn_sync_render::sandbox::DEFAULT_MAX_CPU_SECONDS, value_name = "SECONDS")]
+    render_max_cpu_seconds: u64,
+    /// Largest file a render helper process may write, in bytes.
+    #[arg(long, default_value_t = kuvryn_sync_render::sandbox::DEFAULT_MAX_FILE_BYTES, value_name = "BYTES")]
+    render_max_file_bytes: u64,
+    /// Files a render helper process may have open at once.
+    #[arg(long, default_value_t = kuvryn_sync_render::sandbox::DEFAULT_MAX_OPEN_FILES, value_name = "N")]
+    render_max_open_files: u64,
+    /// Directory of every render's temporary files (workspaces with decrypted SOPS files, engine
+    /// homes, chart copies); emptied at start-up. Default: `render-tmp` under --cache-dir.
+    #[arg(long, value_name = "DIR")]
+    render_temp_dir: Option<PathBuf>,
     /// Rendered outputs kept in memory, keyed by everything that shaped them (the Git trees
     /// read, values sources, keys, render config); least recently used evicted. 0 disables it.
     #[arg(long, default_value_t = kuvryn_sync_render::cache::DEFAULT_CAPACITY, value_name = "N")]
@@ -168,6 +190,7 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.metrics_bind_address))?;
     tracing::info!(%ops_addr, namespace = %args.leader_election_namespace,
         cache_dir = %args.cache_dir.display(), "controller starting");
+    prepare_render_sandbox(&args)?;
     let ops_server = tokio::spawn(ops::serve(
         listener,
         ops::ops_router(registry, readiness.clone()),
@@ -334,6 +357,66 @@ fn registry_client(
     Ok(Arc::new(client))
 }
 
+/// The render helpers' sandbox, from the flags.
+fn render_sandbox(args: &Args) -> kuvryn_sync_render::sandbox::Sandbox {
+    kuvryn_sync_render::sandbox::Sandbox {
+        isolation: args.render_network_isolation,
+        limits: kuvryn_sync_render::sandbox::ResourceLimits {
+            max_memory_bytes: args.render_max_memory,
+            max_cpu_seconds: args.render_max_cpu_seconds,
+            max_file_bytes: args.render_max_file_bytes,
+            max_open_files: args.render_max_open_files,
+        },
+    }
+}
+
+/// Empty the render temporary directory (what a crash left: workspaces, decrypted files) and
+/// make every render use it; check network isolation once (log when `auto` cannot have it,
+/// refuse to start when `required` cannot).
+fn prepare_render_sandbox(args: &Args) -> anyhow::Result<()> {
+    use kuvryn_sync_render::sandbox::{self, IsolationSupport, NetworkIsolation};
+    let temp = args.render_temp_dir.clone().unwrap_or_else(|| args.cache_dir.join("render-tmp"));
+    let removed = sandbox::empty_temp_root(&temp)
+        .with_context(|| format!("cannot empty --render-temp-dir {}", temp.display()))?;
+    if removed > 0 {
+        tracing::info!(removed, dir = %temp.display(), "removed render files left by an earlier run");
+    }
+    let _ = sandbox::use_temp_root(temp);
+    let policy = args.render_network_isolation;
+    if policy == NetworkIsolation::Required && args.allow_remote_bases {
+        anyhow::bail!(
+            "--render-network-isolation=required cannot be combined with --allow-remote-bases: \
+             kustomize fetches remote bases over the network; drop one of the two flags"
+        );
+    }
+    let program =
+        kuvryn_sync_render::kustomize::KustomizeProgram::detect(args.kustomize_binary.clone());
+    let probe_args: &[&str] = match program {
+        kuvryn_sync_render::kustomize::KustomizeProgram::Kustomize(_) => &["version"],
+        kuvryn_sync_render::kustomize::KustomizeProgram::Kubectl(_) => &["version", "--client"],
+    };
+    match render_sandbox(args).probe(program.path(), probe_args) {
+        IsolationSupport::Isolated => {
+            tracing::info!(%policy, "render helpers run in their own network namespace");
+        }
+        IsolationSupport::Disabled => {
+            tracing::warn!("--render-network-isolation=off: render helpers can reach the network");
+        }
+        IsolationSupport::Unavailable(why) if policy == NetworkIsolation::Required => {
+            anyhow::bail!(
+                "--render-network-isolation=required, but a network namespace cannot be created \
+                 here ({why}): give the controller an unprivileged user namespace or \
+                 CAP_SYS_ADMIN, or use --render-network-isolation=auto"
+            );
+        }
+        IsolationSupport::Unavailable(why) => {
+            tracing::warn!(%why, "render helpers cannot be isolated from the network here; \
+                kustomizations are still checked for remote references");
+        }
+    }
+    Ok(())
+}
+
 /// The render engines, from the flags.
 fn renderers(args: &Args, metrics: &ControllerMetrics) -> render::Renderers {
     let program =
@@ -341,6 +424,7 @@ fn renderers(args: &Args, metrics: &ControllerMetrics) -> render::Renderers {
     let mut kustomize = kuvryn_sync_render::kustomize::Kustomize::new(program);
     kustomize.timeout = args.render_timeout;
     kustomize.allow_remote_bases = args.allow_remote_bases;
+    kustomize.sandbox = render_sandbox(args);
     let ca_pem = args.registry_ca_file.as_ref().map(std::fs::read_to_string).transpose();
     let ca_pem = match ca_pem {
         Ok(pem) => pem,
@@ -388,7 +472,10 @@ fn helm_renderer(args: &Args) -> Result<kuvryn_sync_helm::HelmRenderer, String> 
     if let Some(ca) = &args.registry_ca_file {
         env.ssl_cert_file = ca.clone();
     }
-    kuvryn_sync_helm::HelmRenderer::new(helper, library, env).map_err(|e| e.to_string())
+    let sandbox = render_sandbox(args);
+    kuvryn_sync_helm::HelmRenderer::new(helper, library, env)
+        .map(|renderer| renderer.with_command_hook(move |command| sandbox.apply(command)))
+        .map_err(|e| e.to_string())
 }
 
 /// Chart pulls, cached on disk by digest, or why they cannot run.

@@ -310,7 +310,15 @@ async fn render_helm(
             return (key, Found::Hit(hit));
         }
         let keys = keys.map(|k| k.keys);
-        let rendered = render_chart(&root, &path, keys.as_ref(), &kustomize, |workspace| {
+        // What the render reads from the repository: the chart directory (unless pulled) and
+        // the values files.
+        let reads: Vec<String> = pulled
+            .is_none()
+            .then(|| path.clone())
+            .into_iter()
+            .chain(helm.values_files.clone())
+            .collect();
+        let rendered = render_chart(&root, &path, &reads, keys.as_ref(), &kustomize, |workspace| {
             let failed = |reason: FailureReason, message: String| RenderFailure { reason, message };
             let files = helm::read_values_files(
                 workspace.root(),
@@ -347,6 +355,7 @@ async fn render_helm(
 fn render_chart(
     root: &Path,
     path: &str,
+    reads: &[String],
     keys: Option<&AgeKeys>,
     kustomize: &Kustomize,
     engine: impl FnOnce(
@@ -365,7 +374,7 @@ fn render_chart(
         limits: Limits::default(),
     };
     let mut out = SourceRender::default();
-    let workspace = source::private_copy(&request, &mut out)?;
+    let workspace = source::private_copy(&request, &mut out, Some(reads))?;
     let (objects, secrets) = engine(&workspace)?;
     out.secrets.extend(secrets);
     out.objects = objects;

@@ -22,7 +22,7 @@ pub use locate::{LIBHELM_ENV, find_libhelm, find_libhelm_with};
 pub use manifests::{
     RenderedDocument, is_manifest_template, split_manifests, split_yaml_documents,
 };
-pub use renderer::{HelmRenderer, RenderEnv, RenderedChart};
+pub use renderer::{CommandHook, HelmRenderer, RenderEnv, RenderedChart};
 pub use request::{RenderRequest, RenderResponse};
 
 /// Name of the render helper binary built by this crate.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -63,6 +64,18 @@ pub struct HelmRenderer {
     helper: PathBuf,
     library: PathBuf,
     env: RenderEnv,
+    prepare: Option<CommandHook>,
+}
+
+/// A change made to the helper's command before it is spawned (the caller's process sandbox:
+/// limits, namespaces).
+#[derive(Clone)]
+pub struct CommandHook(Arc<dyn Fn(&mut Command) + Send + Sync>);
+
+impl std::fmt::Debug for CommandHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CommandHook")
+    }
 }
 
 impl HelmRenderer {
@@ -81,7 +94,16 @@ impl HelmRenderer {
         if !library.is_file() {
             return Err(HelmError::LibraryNotFound { searched: vec![library] });
         }
-        Ok(Self { helper, library, env })
+        Ok(Self { helper, library, env, prepare: None })
+    }
+
+    /// Let `prepare` adjust every helper command before it is spawned.
+    pub fn with_command_hook(
+        mut self,
+        prepare: impl Fn(&mut Command) + Send + Sync + 'static,
+    ) -> Self {
+        self.prepare = Some(CommandHook(Arc::new(prepare)));
+        self
     }
 
     /// The helper binary.
@@ -110,7 +132,8 @@ impl HelmRenderer {
             std::fs::create_dir(home.join(dir))?;
         }
 
-        let mut child = Command::new(&self.helper)
+        let mut command = Command::new(&self.helper);
+        command
             .env_clear()
             .env("SSL_CERT_FILE", &self.env.ssl_cert_file)
             .env("HELM_CONFIG_HOME", home.join("config"))
@@ -122,8 +145,11 @@ impl HelmRenderer {
             .current_dir(home)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
+            .stderr(Stdio::piped());
+        if let Some(CommandHook(prepare)) = &self.prepare {
+            prepare(&mut command);
+        }
+        let mut child = command.spawn()?;
 
         let stdin = child.stdin.take();
         let writer = std::thread::spawn(move || {
@@ -228,8 +254,8 @@ fn interpret(status: ExitStatus, stdout: &[u8], stderr: &[u8]) -> Result<Rendere
     }
 }
 
-/// The last lines of stderr (a Go panic puts the reason first, but the tail is enough to see
-/// what died); never more than 2 KiB.
+/// The last lines of stderr, after the reason of a Go runtime crash (its `fatal error:` line,
+/// which comes before a stack dump longer than the tail); never much more than 2 KiB.
 fn tail(stderr: &[u8]) -> String {
     let text = String::from_utf8_lossy(stderr);
     let text = text.trim();
@@ -237,11 +263,18 @@ fn tail(stderr: &[u8]) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
+    let reason = text.lines().find(|line| line.starts_with("fatal error:")).map(|line| {
+        let mut end = line.len().min(200);
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{} ", &line[..end])
+    });
     let mut start = text.len() - max;
     while !text.is_char_boundary(start) {
         start += 1;
     }
-    format!("...{}", &text[start..])
+    format!("{}...{}", reason.unwrap_or_default(), &text[start..])
 }
 
 #[cfg(test)]

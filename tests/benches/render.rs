@@ -5,11 +5,13 @@
 //!
 //! - **kustomize**: ours is what the controller runs minus Kubernetes: the render key (Git tree
 //!   ids of every directory the overlay reads, `kuvryn_sync_render::cache`), a cache miss, then
-//!   `source::render` (private copy, sealed, remote-base scan, `kubectl kustomize` under our
-//!   supervision, parsed). Direct is `kubectl kustomize DIR` on the checkout.
+//!   `source::render` (private copy of what the overlay reads, sealed, remote-reference check,
+//!   `kubectl kustomize` under our supervision in its sandbox: network namespace and rlimits,
+//!   parsed). Direct is `kubectl kustomize DIR` on the checkout.
 //! - **helm**: ours is the key, a miss, the private copy, `helm::read_values_files`,
-//!   `assemble_values`, `helm::render` (chart copied, CRDs, engine) and `source::finish`. Direct
-//!   is `HelmRenderer::render` of the chart directory with the same values.
+//!   `assemble_values`, `helm::render` (chart copied, CRDs, engine in its sandbox) and
+//!   `source::finish`. Direct is `HelmRenderer::render` of the chart directory with the same
+//!   values, without the sandbox.
 //! - **cache hit**: the key computed again and the output found.
 //!
 //! Medians of `KSYNC_BENCH_ITERATIONS` rounds (default 7), printed as JSON lines with the ratio
@@ -233,8 +235,9 @@ fn ours_helm(
         limits: Limits::default(),
     };
     let mut out = SourceRender::default();
-    let workspace =
-        source::private_copy(&request, &mut out).map_err(|f| anyhow::anyhow!("{}", f.message))?;
+    let reads = [CHART.to_owned(), VALUES_FILE.to_owned()];
+    let workspace = source::private_copy(&request, &mut out, Some(&reads))
+        .map_err(|f| anyhow::anyhow!("{}", f.message))?;
     let files = helm::read_values_files(workspace.root(), &values_files, helm::Limits::default())?;
     let values = helm_values::assemble_values(&ValuesInput { files, from: vec![], inline: None })?;
     out.secrets.extend(values.secret_strings.iter().cloned());
@@ -346,6 +349,9 @@ fn main() -> Result<()> {
         || direct_kustomize(root),
         |_| key(root, &kustomize_shape, &engine),
     )?;
+    // Ours runs the Helm helper in the controller's sandbox (network namespace, rlimits).
+    let sandbox = kustomize.sandbox;
+    let sandboxed = renderer.clone().with_command_hook(move |command| sandbox.apply(command));
     let values_files = vec![VALUES_FILE.to_owned()];
     let helm_shape = SourceShape {
         render_type: RenderType::Helm,
@@ -356,7 +362,7 @@ fn main() -> Result<()> {
     measure(
         "helm",
         rounds,
-        |cache| ours_helm(root, &renderer, &kustomize, cache, &engine),
+        |cache| ours_helm(root, &sandboxed, &kustomize, cache, &engine),
         || direct_helm(root, &renderer),
         |_| key(root, &helm_shape, &engine),
     )?;

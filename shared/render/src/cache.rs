@@ -28,8 +28,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::kustomize::{
-    KUSTOMIZATION_FILE_NAMES, MAX_KUSTOMIZATION_BYTES, MAX_KUSTOMIZATIONS, REFERENCE_FIELDS,
-    is_remote_entry,
+    KUSTOMIZATION_FILE_NAMES, MAX_KUSTOMIZATION_BYTES, MAX_KUSTOMIZATIONS, is_remote_entry,
 };
 use kuvryn_sync_api::RenderType;
 
@@ -225,7 +224,7 @@ pub fn kustomize_dirs(tree: &impl SourceTree, root: &str) -> Option<BTreeSet<Str
             .find_map(|name| tree.file(&join(&dir, name)?, MAX_KUSTOMIZATION_BYTES))?;
         let kustomization: Value = serde_yaml::from_slice(&text).ok()?;
         for entry in reference_entries(&kustomization) {
-            if is_remote_entry(entry) {
+            if is_remote_entry(&entry) {
                 return None;
             }
             let target = join(&dir, entry.trim())?;
@@ -239,14 +238,14 @@ pub fn kustomize_dirs(tree: &impl SourceTree, root: &str) -> Option<BTreeSet<Str
     Some(read)
 }
 
-/// The one-line string entries of the kustomization fields that may name other kustomizations.
-fn reference_entries(kustomization: &Value) -> Vec<&str> {
-    REFERENCE_FIELDS
-        .iter()
-        .filter_map(|field| kustomization.get(field)?.as_array())
-        .flatten()
-        .filter_map(Value::as_str)
-        .filter(|entry| !entry.trim().contains('\n'))
+/// The local paths a kustomization names ([`crate::references`]), inline entries left out; for
+/// a remote entry of any field, that entry (so the render is not cached).
+fn reference_entries(kustomization: &Value) -> Vec<String> {
+    crate::references::kustomization_references(kustomization)
+        .references
+        .into_iter()
+        .filter(|reference| !reference.inline)
+        .map(|reference| crate::references::entry_path(reference.kind, &reference.entry).to_owned())
         .collect()
 }
 

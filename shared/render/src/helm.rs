@@ -189,10 +189,8 @@ pub fn render(
 ) -> Result<Vec<Rendered>, HelmRenderError> {
     validate_release_name(release_name)?;
     let redactor = values.redactor();
-    let work = tempfile::Builder::new()
-        .prefix("ksync-chart-")
-        .tempdir()
-        .map_err(|e| io_error("render directory", &e))?;
+    let work =
+        crate::sandbox::temp_dir("ksync-chart-").map_err(|e| io_error("render directory", &e))?;
     let chart_dir = match chart {
         ChartSource::Directory { repository_root, path } => {
             copy_chart(repository_root, path, &work.path().join("chart"), limits)?
@@ -225,6 +223,26 @@ fn chart_relative(template: &str) -> String {
 fn engine_error(redactor: &Redactor, error: &kuvryn_sync_helm::HelmError) -> HelmRenderError {
     let message = match error {
         kuvryn_sync_helm::HelmError::Engine { message, .. } => message.clone(),
+        // The helper died: of the render helpers' CPU or memory limit, say so plainly.
+        kuvryn_sync_helm::HelmError::HelperFailed { status, stderr } => {
+            let lower = stderr.to_ascii_lowercase();
+            if status.contains("SIGXCPU") || status.contains("SIGKILL") {
+                format!(
+                    "the Helm engine was stopped ({status}), by its CPU time limit unless \
+                     something else killed it: lower what the chart needs, or ask the operator \
+                     to raise --render-max-cpu-seconds"
+                )
+            } else if ["out of memory", "cannot allocate memory", "failed to reserve"]
+                .iter()
+                .any(|marker| lower.contains(marker))
+            {
+                "the Helm engine ran out of memory under the render helpers' address-space limit: \
+                 lower what the chart needs, or ask the operator to raise --render-max-memory"
+                    .to_owned()
+            } else {
+                error.to_string()
+            }
+        }
         other => other.to_string(),
     };
     HelmRenderError::Engine { message: redact_shapes(&redactor.redact(&message)) }

@@ -9,12 +9,19 @@
 //!   `--load-restrictor LoadRestrictionsRootOnly` (files outside a kustomization's root stay
 //!   refused); `--enable-alpha-plugins`, `--enable-exec` and `--enable-helm` are never passed, so
 //!   exec and containerized KRM functions, legacy plugins and Helm charts stay disabled.
-//! - **Remote bases** are refused by default: before the engine runs, every kustomization file
-//!   reachable from the root through local `resources`, `bases`, `components`, `generators`,
-//!   `transformers` and `validators` entries is read, and any entry that is a URL or a remote git
-//!   spec ([`is_remote_entry`]) refuses the render, naming the file and the entry. Local entries
-//!   that leave the repository are refused too, and a kustomization that includes itself (a cycle)
-//!   fails with the entry that closes the loop. At most [`MAX_KUSTOMIZATIONS`] files are visited.
+//! - **No network from a kustomization**: before the engine runs, every kustomization file
+//!   reachable locally, and every builtin generator/transformer configuration it names (a file,
+//!   inline, or a directory of them), is read, and every entry of a field kustomize loads a path
+//!   or URL from ([`crate::references`], one table) is checked: a URL or remote Git spec
+//!   ([`is_remote_entry`]) refuses the render naming the file, the field and the entry (remote
+//!   `resources`/`bases`/`components` only pass with `allow_remote_bases`; remote files never
+//!   do), the Helm fields are refused outright, local entries that leave the repository are
+//!   refused, and a kustomization that includes itself (a cycle) fails with the entry that
+//!   closes the loop. At most [`MAX_KUSTOMIZATIONS`] files are visited. [`materialise`] runs the
+//!   same walk to copy only what the render reads into its workspace.
+//! - **The sandbox** ([`crate::sandbox`]): the engine starts in its own empty network namespace
+//!   (unless remote bases are allowed) under rlimits; a render over its memory or CPU limit
+//!   fails with a message naming the flag.
 //! - **The child process** gets a cleared environment (only `PATH`, `LANG=C`, and `HOME`,
 //!   `XDG_CONFIG_HOME`, `KUBECONFIG` pointing into an empty temporary directory: no kubeconfig,
 //!   credentials or proxy settings of the controller leak in), a null stdin, its own process group
@@ -44,6 +51,8 @@ use nix::unistd::Pid;
 use serde_json::Value;
 use wait_timeout::ChildExt;
 
+use crate::references::{self, Reference, ReferenceKind};
+use crate::sandbox::{NetworkIsolation, Sandbox};
 use crate::workspace::Workspace;
 use crate::yaml::RenderError;
 
@@ -58,11 +67,10 @@ pub const MAX_KUSTOMIZATION_BYTES: u64 = 1024 * 1024;
 /// File names kustomize looks for in a kustomization directory, in its order.
 pub const KUSTOMIZATION_FILE_NAMES: [&str; 3] =
     ["kustomization.yaml", "kustomization.yml", "Kustomization"];
-/// Kustomization fields whose entries may name other kustomizations (local or remote).
-pub const REFERENCE_FIELDS: [&str; 6] =
-    ["resources", "bases", "components", "generators", "transformers", "validators"];
 /// How much of the end of the engine's stderr is kept for the error message.
 const STDERR_TAIL_BYTES: usize = 4096;
+/// How much of the start of the engine's stderr is kept to tell why it died.
+const STDERR_HEAD_BYTES: usize = 1024;
 /// Longest engine message shown, in characters.
 const MAX_MESSAGE_CHARS: usize = 2000;
 /// How long to wait for the output pipes after the process group was killed.
@@ -163,6 +171,37 @@ pub enum KustomizeError {
          operator to allow remote bases"
     )]
     RemoteBaseRefused { file: String, field: String, entry: String },
+    /// A kustomization names a URL or remote Git spec where kustomize would fetch a file (a
+    /// generator's `files`, a patch, a replacement...): renders never reach the network.
+    #[error(
+        "{file}: {field} entry {entry:?} is a URL or remote reference, and kustomize renders \
+         never fetch anything: put the file into the repository and name it by a relative path"
+    )]
+    RemoteReferenceRefused { file: String, field: String, entry: String },
+    /// A kustomization sets a field that is refused whatever it holds (Helm inflation).
+    #[error(
+        "{file}: {field} is not allowed: Helm charts through kustomize are disabled; render the \
+         chart with render.type helm instead"
+    )]
+    FieldRefused { file: String, field: String },
+    /// A render helper reached its memory limit.
+    #[error(
+        "{engine} ran out of memory under its limit of {limit} bytes of address space: lower \
+         what the render needs, or ask the operator to raise --render-max-memory"
+    )]
+    MemoryLimit { engine: &'static str, limit: u64 },
+    /// A render helper reached its CPU-time limit.
+    #[error(
+        "{engine} was stopped at its limit of {seconds} CPU seconds: lower what the render \
+         needs, or ask the operator to raise --render-max-cpu-seconds"
+    )]
+    CpuLimit { engine: &'static str, seconds: u64 },
+    /// Network isolation is required and the kernel refused it.
+    #[error(
+        "{engine} was not started: --render-network-isolation=required, and a network namespace \
+         could not be created ({reason})"
+    )]
+    IsolationUnavailable { engine: &'static str, reason: String },
     /// A local entry leads outside the repository.
     #[error(
         "{file}: {field} entry {entry:?} leads outside the repository: refer to files and \
@@ -207,14 +246,15 @@ pub enum KustomizeError {
 }
 
 impl KustomizeError {
-    /// The failure reason for conditions and status: unsafe or refused Git content is
-    /// `ValidationFailure`, everything else `RenderFailure`.
+    /// The failure reason for conditions and status: a path that is unsafe or leaves the
+    /// repository is `ValidationFailure`; everything else, refused remote references and fields
+    /// included, `RenderFailure`.
     pub fn reason(&self) -> FailureReason {
         match self {
             KustomizeError::Render(err) => err.reason(),
-            KustomizeError::PathLooksLikeFlag { .. }
-            | KustomizeError::RemoteBaseRefused { .. }
-            | KustomizeError::EntryEscapes { .. } => FailureReason::ValidationFailure,
+            KustomizeError::PathLooksLikeFlag { .. } | KustomizeError::EntryEscapes { .. } => {
+                FailureReason::ValidationFailure
+            }
             _ => FailureReason::RenderFailure,
         }
     }
@@ -229,8 +269,11 @@ pub struct Kustomize {
     pub timeout: Duration,
     /// Cap on the engine's standard output.
     pub max_output_bytes: usize,
-    /// Whether remote bases, resources and components are allowed.
+    /// Whether remote bases, resources and components are allowed. They are fetched by the
+    /// engine, so the engine then runs without network isolation.
     pub allow_remote_bases: bool,
+    /// Network namespace and rlimits of the engine process.
+    pub sandbox: Sandbox,
 }
 
 impl Kustomize {
@@ -241,7 +284,18 @@ impl Kustomize {
             timeout: DEFAULT_TIMEOUT,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             allow_remote_bases: false,
+            sandbox: Sandbox::default(),
         }
+    }
+
+    /// The sandbox the engine runs in: without network isolation when remote bases are allowed
+    /// (the engine fetches them).
+    fn engine_sandbox(&self) -> Sandbox {
+        let mut sandbox = self.sandbox;
+        if self.allow_remote_bases {
+            sandbox.isolation = NetworkIsolation::Off;
+        }
+        sandbox
     }
 
     /// Render the kustomization at `source_path` of the sealed `workspace`.
@@ -259,7 +313,7 @@ impl Kustomize {
         if !dir.is_dir() {
             return Err(RenderError::PathMissing { path: source_path.to_owned() }.into());
         }
-        let mut scan = Scan::new(workspace, self.allow_remote_bases);
+        let mut scan = Scan::new(workspace.root(), self.allow_remote_bases, None);
         scan.visit_root(&dir)?;
         let output = self.run(workspace, &dir)?;
         parse_output(self.program.engine_name(), &display, &output)
@@ -273,11 +327,20 @@ impl Kustomize {
             reason: err.kind().to_string(),
         };
         // An empty private home: no kubeconfig, credentials or configuration reach the engine.
-        let home = tempfile::Builder::new()
-            .prefix("ksync-kustomize-home-")
-            .tempdir()
-            .map_err(not_started)?;
-        let mut child = self.command(dir, home.path()).spawn().map_err(not_started)?;
+        let home = crate::sandbox::temp_dir("ksync-kustomize-home-").map_err(not_started)?;
+        let sandbox = self.engine_sandbox();
+        let mut command = self.command(dir, home.path());
+        sandbox.apply(&mut command);
+        let mut child =
+            command.spawn().map_err(|err| match (sandbox.isolation, err.raw_os_error()) {
+                (NetworkIsolation::Required, Some(n)) if is_namespace_errno(n) => {
+                    KustomizeError::IsolationUnavailable {
+                        engine,
+                        reason: nix::errno::Errno::from_raw(n).desc().to_owned(),
+                    }
+                }
+                _ => not_started(err),
+            })?;
         let finished = supervise(&mut child, self.timeout, self.max_output_bytes);
         match finished.outcome {
             Outcome::TimedOut => Err(KustomizeError::TimedOut {
@@ -288,6 +351,12 @@ impl Kustomize {
                 Err(KustomizeError::OutputTooLarge { engine, limit: self.max_output_bytes })
             }
             Outcome::Exited(status) if status.success() => Ok(finished.stdout),
+            Outcome::Exited(status) if stopped_by_cpu_limit(status) => {
+                Err(KustomizeError::CpuLimit { engine, seconds: sandbox.limits.max_cpu_seconds })
+            }
+            Outcome::Exited(_) if out_of_memory(&finished.stderr_head) => {
+                Err(KustomizeError::MemoryLimit { engine, limit: sandbox.limits.max_memory_bytes })
+            }
             Outcome::Exited(status) => {
                 let mut message = engine_message(workspace, home.path(), &finished.stderr_tail);
                 if message.is_empty() {
@@ -329,6 +398,52 @@ fn engine_message(workspace: &Workspace, home: &Path, stderr: &[u8]) -> String {
     truncate(redact_shapes(&text).trim(), MAX_MESSAGE_CHARS)
 }
 
+/// Errors `unshare` gives when a namespace cannot be created (not those of a failed `exec`).
+fn is_namespace_errno(n: i32) -> bool {
+    use nix::errno::Errno;
+    [Errno::EPERM, Errno::EINVAL, Errno::ENOSPC, Errno::EUSERS, Errno::ENOSYS]
+        .iter()
+        .any(|errno| *errno as i32 == n)
+}
+
+/// Whether the process died of `SIGXCPU` (or the `SIGKILL` that follows it at the hard limit).
+fn stopped_by_cpu_limit(status: ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    matches!(status.signal(), Some(n) if n == Signal::SIGXCPU as i32 || n == Signal::SIGKILL as i32)
+}
+
+/// Whether the start of the engine's stderr says it could not get memory (Go's runtime, or a
+/// C program's allocator, under `RLIMIT_AS`).
+fn out_of_memory(stderr_head: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(stderr_head).to_ascii_lowercase();
+    ["out of memory", "cannot allocate memory", "failed to reserve", "memory exhausted"]
+        .iter()
+        .any(|marker| text.contains(marker))
+}
+
+/// Copy into the (unsealed) `workspace` what a kustomize render of `source_path` reads: that
+/// directory, then every local directory and file its kustomizations name, recursively (the
+/// same walk as the check before the engine runs), from the checked-out repository the workspace
+/// was made from. Nothing else of the repository is copied, so a big file elsewhere in it fails
+/// nobody's render. Refusals (remote entries, entries leaving the repository, refused fields)
+/// are returned here already.
+pub fn materialise(
+    workspace: &mut Workspace,
+    source_path: &str,
+    allow_remote_bases: bool,
+) -> Result<(), KustomizeError> {
+    let relative = check_source_path(source_path)?;
+    workspace.materialise(&relative)?;
+    let root = workspace.root().to_path_buf();
+    let dir = root.join(&relative);
+    if !dir.is_dir() {
+        return Err(RenderError::PathMissing { path: source_path.to_owned() }.into());
+    }
+    let mut fetch = |path: &Path| workspace.materialise(path);
+    let mut scan = Scan::new(&root, allow_remote_bases, Some(&mut fetch));
+    scan.visit_root(&dir)
+}
+
 /// Check `spec.source.path` for kustomize: repository-relative, no `..`, not starting with `-`.
 /// Returns the relative path to join to the workspace root.
 pub fn check_source_path(source_path: &str) -> Result<PathBuf, KustomizeError> {
@@ -358,10 +473,16 @@ pub fn is_remote_entry(entry: &str) -> bool {
         || remote_queries.iter().any(|query| lower.contains(query))
 }
 
-/// The walk over kustomization files before the engine runs.
-struct Scan<'a> {
-    workspace: &'a Workspace,
+/// Copies a repository-relative path into the workspace being scanned.
+type Fetch<'f> = dyn FnMut(&Path) -> Result<(), RenderError> + 'f;
+
+/// The walk over kustomization files (and the builtin generator and transformer configurations
+/// they name) before the engine runs. With `fetch`, every local entry is copied into the
+/// workspace before it is looked at ([`materialise`]).
+struct Scan<'a, 'f> {
+    root: PathBuf,
     allow_remote: bool,
+    fetch: Option<&'a mut Fetch<'f>>,
     /// Kustomization directories fully checked (a shared base is read once).
     done: BTreeSet<PathBuf>,
     /// Kustomization directories being checked, outermost first (a cycle returns to one).
@@ -369,65 +490,153 @@ struct Scan<'a> {
     visited: usize,
 }
 
-impl<'a> Scan<'a> {
-    fn new(workspace: &'a Workspace, allow_remote: bool) -> Self {
-        Scan { workspace, allow_remote, done: BTreeSet::new(), stack: Vec::new(), visited: 0 }
+impl<'a, 'f> Scan<'a, 'f> {
+    fn new(root: &Path, allow_remote: bool, fetch: Option<&'a mut Fetch<'f>>) -> Self {
+        Scan {
+            root: root.to_path_buf(),
+            allow_remote,
+            fetch,
+            done: BTreeSet::new(),
+            stack: Vec::new(),
+            visited: 0,
+        }
+    }
+
+    fn display_path(&self, path: &Path) -> String {
+        match path.strip_prefix(&self.root) {
+            Ok(relative) if relative.as_os_str().is_empty() => ".".to_owned(),
+            Ok(relative) => relative.to_string_lossy().into_owned(),
+            Err(_) => path.to_string_lossy().into_owned(),
+        }
     }
 
     fn visit_root(&mut self, dir: &Path) -> Result<(), KustomizeError> {
         let Some(file) = kustomization_file(dir) else {
-            return Err(KustomizeError::NoKustomization { path: self.workspace.display_path(dir) });
+            return Err(KustomizeError::NoKustomization { path: self.display_path(dir) });
         };
-        self.visit(dir, &file)
+        self.visit(dir, &file, false)
     }
 
     /// Check the kustomization `file` of directory `dir` and, depth first, every local
-    /// kustomization it refers to.
-    fn visit(&mut self, dir: &Path, file: &Path) -> Result<(), KustomizeError> {
+    /// kustomization and plugin configuration it refers to. `plugins`: the kustomization was
+    /// named by `generators`/`transformers`/`validators`, so its resources are plugin
+    /// configurations.
+    fn visit(&mut self, dir: &Path, file: &Path, plugins: bool) -> Result<(), KustomizeError> {
         self.visited += 1;
         if self.visited > MAX_KUSTOMIZATIONS {
             return Err(KustomizeError::TooManyKustomizations { limit: MAX_KUSTOMIZATIONS });
         }
-        let file_display = self.workspace.display_path(file);
+        let file_display = self.display_path(file);
         let kustomization = read_kustomization(file, &file_display)?;
+        let found = references::kustomization_references(&kustomization);
+        if let Some(field) = found.refused.first() {
+            return Err(KustomizeError::FieldRefused { file: file_display, field: field.clone() });
+        }
         self.stack.push(dir.to_owned());
-        for (field, entry) in reference_entries(&kustomization) {
-            let refusal = |make: fn(String, String, String) -> KustomizeError| {
-                make(file_display.clone(), field.to_owned(), truncate(&redact_shapes(entry), 200))
-            };
-            if is_remote_entry(entry) {
-                if self.allow_remote {
-                    continue;
-                }
-                return Err(refusal(|file, field, entry| KustomizeError::RemoteBaseRefused {
-                    file,
-                    field,
-                    entry,
-                }));
-            }
-            let Some(target) = resolve_entry(self.workspace.root(), dir, entry) else {
-                return Err(refusal(|file, field, entry| KustomizeError::EntryEscapes {
-                    file,
-                    field,
-                    entry,
-                }));
-            };
-            if self.stack.contains(&target) {
-                return Err(refusal(|file, field, entry| KustomizeError::KustomizationCycle {
-                    file,
-                    field,
-                    entry,
-                }));
-            }
-            if self.done.contains(&target) || !target.is_dir() {
-                continue;
-            }
-            if let Some(child) = kustomization_file(&target) {
-                self.visit(&target, &child)?;
-            }
+        for reference in &found.references {
+            self.check(dir, &file_display, reference, plugins)?;
         }
         self.stack.pop();
         self.done.insert(dir.to_owned());
+        Ok(())
+    }
+
+    /// Check one entry of the kustomization (or plugin configuration) `file_display` in `dir`.
+    fn check(
+        &mut self,
+        dir: &Path,
+        file_display: &str,
+        reference: &Reference,
+        plugins: bool,
+    ) -> Result<(), KustomizeError> {
+        let field = reference.field.as_str();
+        let entry = references::entry_path(reference.kind, &reference.entry);
+        let refusal = |make: fn(String, String, String) -> KustomizeError| {
+            make(file_display.to_owned(), field.to_owned(), truncate(&redact_shapes(entry), 200))
+        };
+        if reference.inline {
+            // Inline content, not a path: a generator or transformer written out in place is
+            // a plugin configuration, checked like one in a file.
+            if reference.kind == ReferenceKind::PluginConfig {
+                self.check_plugin_text(dir, file_display, field, &reference.entry)?;
+            }
+            return Ok(());
+        }
+        if is_remote_entry(entry) {
+            return match reference.kind {
+                ReferenceKind::Base if self.allow_remote => Ok(()),
+                ReferenceKind::Base => Err(refusal(|file, field, entry| {
+                    KustomizeError::RemoteBaseRefused { file, field, entry }
+                })),
+                _ => Err(refusal(|file, field, entry| KustomizeError::RemoteReferenceRefused {
+                    file,
+                    field,
+                    entry,
+                })),
+            };
+        }
+        let Some(target) = resolve_entry(&self.root, dir, entry) else {
+            return Err(refusal(|file, field, entry| KustomizeError::EntryEscapes {
+                file,
+                field,
+                entry,
+            }));
+        };
+        let walks = matches!(reference.kind, ReferenceKind::Base | ReferenceKind::PluginConfig);
+        if walks && self.stack.contains(&target) {
+            return Err(refusal(|file, field, entry| KustomizeError::KustomizationCycle {
+                file,
+                field,
+                entry,
+            }));
+        }
+        if let Some(fetch) = self.fetch.as_mut() {
+            let relative = target.strip_prefix(&self.root).unwrap_or(Path::new("")).to_owned();
+            fetch(&relative)?;
+        }
+        if !walks {
+            return Ok(());
+        }
+        let as_plugin = plugins || reference.kind == ReferenceKind::PluginConfig;
+        if target.is_dir() {
+            if self.done.contains(&target) {
+                return Ok(());
+            }
+            if let Some(child) = kustomization_file(&target) {
+                self.visit(&target, &child, as_plugin)?;
+            }
+        } else if as_plugin && target.is_file() {
+            let display = self.display_path(&target);
+            let text = read_bounded(&target, &display)?;
+            self.check_plugin_text(dir, &display, field, &text)?;
+        }
+        Ok(())
+    }
+
+    /// Check the plugin configuration documents in `text` (named by `field` of the kustomization
+    /// in `dir`): refused kinds, and the files they name, relative to `dir`.
+    fn check_plugin_text(
+        &mut self,
+        dir: &Path,
+        file_display: &str,
+        field: &str,
+        text: &str,
+    ) -> Result<(), KustomizeError> {
+        for document in serde_yaml::Deserializer::from_str(text) {
+            let Ok(value) = <Value as serde::Deserialize>::deserialize(document) else {
+                return Ok(()); // not YAML: the engine reports it
+            };
+            let found = references::plugin_references(&value, field);
+            if let Some(refused) = found.refused.first() {
+                return Err(KustomizeError::FieldRefused {
+                    file: file_display.to_owned(),
+                    field: refused.clone(),
+                });
+            }
+            for reference in &found.references {
+                self.check(dir, file_display, reference, false)?;
+            }
+        }
         Ok(())
     }
 }
@@ -437,7 +646,8 @@ fn kustomization_file(dir: &Path) -> Option<PathBuf> {
     KUSTOMIZATION_FILE_NAMES.iter().map(|name| dir.join(name)).find(|path| path.is_file())
 }
 
-fn read_kustomization(file: &Path, display: &str) -> Result<Value, KustomizeError> {
+/// A kustomization or plugin configuration file's text, at most [`MAX_KUSTOMIZATION_BYTES`].
+fn read_bounded(file: &Path, display: &str) -> Result<String, KustomizeError> {
     let unreadable = |err: std::io::Error| RenderError::Unreadable {
         path: display.to_owned(),
         reason: err.kind().to_string(),
@@ -449,28 +659,15 @@ fn read_kustomization(file: &Path, display: &str) -> Result<Value, KustomizeErro
             limit: MAX_KUSTOMIZATION_BYTES,
         });
     }
-    let text = std::fs::read_to_string(file).map_err(unreadable)?;
+    Ok(std::fs::read_to_string(file).map_err(unreadable)?)
+}
+
+fn read_kustomization(file: &Path, display: &str) -> Result<Value, KustomizeError> {
+    let text = read_bounded(file, display)?;
     serde_yaml::from_str::<Value>(&text).map_err(|err| {
         let (line, column) = err.location().map_or((0, 0), |l| (l.line(), l.column()));
         KustomizeError::KustomizationSyntax { file: display.to_owned(), line, column }
     })
-}
-
-/// The string entries of the fields that may refer to other kustomizations, as (field, entry).
-/// Multi-line entries are inline configurations (a generator or transformer written out in
-/// place), not references, and are left to the engine.
-fn reference_entries(kustomization: &Value) -> Vec<(&'static str, &str)> {
-    REFERENCE_FIELDS
-        .iter()
-        .filter_map(|field| Some((*field, kustomization.get(field)?.as_array()?)))
-        .flat_map(|(field, entries)| {
-            entries
-                .iter()
-                .filter_map(Value::as_str)
-                .filter(|entry| !entry.trim().contains('\n'))
-                .map(move |entry| (field, entry))
-        })
-        .collect()
 }
 
 /// Where a local entry of the kustomization in `dir` leads, resolved lexically (the workspace
@@ -523,13 +720,14 @@ enum Outcome {
 struct Finished {
     outcome: Outcome,
     stdout: Vec<u8>,
+    stderr_head: Vec<u8>,
     stderr_tail: Vec<u8>,
 }
 
 /// What a pipe reader thread reports once its pipe is closed.
 enum Pipe {
     Stdout(Vec<u8>, bool),
-    Stderr(Vec<u8>),
+    Stderr(Vec<u8>, Vec<u8>),
 }
 
 /// Collect the child's output and exit status within `timeout`; kill its process group when the
@@ -549,7 +747,8 @@ fn supervise(child: &mut Child, timeout: Duration, max_output: usize) -> Finishe
     if let Some(stderr) = child.stderr.take() {
         let events = events.clone();
         std::thread::spawn(move || {
-            let _ = events.send(Pipe::Stderr(read_tail(stderr, STDERR_TAIL_BYTES)));
+            let (head, tail) = read_head_and_tail(stderr, STDERR_TAIL_BYTES);
+            let _ = events.send(Pipe::Stderr(head, tail));
         });
     }
     drop(events);
@@ -569,7 +768,7 @@ fn supervise(child: &mut Child, timeout: Duration, max_output: usize) -> Finishe
                 }
                 stdout = Some(bytes);
             }
-            Ok(Pipe::Stderr(bytes)) => stderr_tail = Some(bytes),
+            Ok(Pipe::Stderr(head, tail)) => stderr_tail = Some((head, tail)),
             Err(mpsc::RecvTimeoutError::Timeout) if stopped.is_none() => {
                 kill_group(group);
                 stopped = Some(Outcome::TimedOut);
@@ -594,11 +793,8 @@ fn supervise(child: &mut Child, timeout: Duration, max_output: usize) -> Finishe
             }
         },
     };
-    Finished {
-        outcome,
-        stdout: stdout.unwrap_or_default(),
-        stderr_tail: stderr_tail.unwrap_or_default(),
-    }
+    let (stderr_head, stderr_tail) = stderr_tail.unwrap_or_default();
+    Finished { outcome, stdout: stdout.unwrap_or_default(), stderr_head, stderr_tail }
 }
 
 fn kill_group(group: Pid) {
@@ -618,14 +814,18 @@ fn read_capped(mut input: impl Read, max: usize) -> (Vec<u8>, bool) {
     (bytes, false)
 }
 
-/// Read everything, keeping the last `keep` bytes.
-fn read_tail(mut input: impl Read, keep: usize) -> Vec<u8> {
+/// Read everything, keeping the first [`STDERR_HEAD_BYTES`] (where a Go runtime says why it
+/// died, before its long stack dump) and the last `keep` bytes.
+fn read_head_and_tail(mut input: impl Read, keep: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut head = Vec::new();
     let mut tail = Vec::new();
     let mut buffer = [0u8; 8192];
     loop {
         match input.read(&mut buffer) {
             Ok(0) | Err(_) => break,
             Ok(n) => {
+                let room = STDERR_HEAD_BYTES.saturating_sub(head.len()).min(n);
+                head.extend_from_slice(&buffer[..room]);
                 tail.extend_from_slice(&buffer[..n]);
                 if tail.len() > 2 * keep {
                     tail.drain(..tail.len() - keep);
@@ -636,7 +836,7 @@ fn read_tail(mut input: impl Read, keep: usize) -> Vec<u8> {
     if tail.len() > keep {
         tail.drain(..tail.len() - keep);
     }
-    tail
+    (head, tail)
 }
 
 /// A stderr line without the klog header kubectl puts in front of its errors
@@ -818,27 +1018,104 @@ mod tests {
         ));
     }
 
+    /// A real HTTP server on 127.0.0.1 counting the connections it accepts.
+    fn counting_server() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::Write as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = std::sync::Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            for mut stream in listener.incoming().flatten() {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fetched\n";
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (port, accepted)
+    }
+
+    /// The check before the engine bypassed on purpose (the engine run directly on a
+    /// kustomization naming a URL): with isolation the network namespace stops the fetch; the
+    /// same run without isolation reaches the server, so the test can fail. This machine runs
+    /// the tests as root, where isolation must be available: no skipping.
     #[test]
-    fn references_are_the_single_line_entries_of_the_reference_fields() {
-        let kustomization: Value = serde_yaml::from_str(
-            "resources: [a.yaml, ../base]\nbases: [old]\ncomponents: [c]\nnamePrefix: x-\n\
-             generators:\n- gen\n- |\n  apiVersion: builtin\n  kind: ConfigMapGenerator\n  \
-             metadata: {name: https://not-a-base}\n\
-             transformers: [t]\nvalidators: [v]\nconfigMapGenerator: [{name: cm}]\n",
+    fn the_network_namespace_stops_what_the_check_would_miss() {
+        let (port, accepted) = counting_server();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join("app")).expect("mkdir");
+        std::fs::write(
+            repo.join("app/kustomization.yaml"),
+            format!("resources: [\"http://127.0.0.1:{port}/cm.yaml\"]\n"),
         )
-        .expect("yaml");
-        assert_eq!(
-            reference_entries(&kustomization),
-            [
-                ("resources", "a.yaml"),
-                ("resources", "../base"),
-                ("bases", "old"),
-                ("components", "c"),
-                ("generators", "gen"),
-                ("transformers", "t"),
-                ("validators", "v"),
-            ]
-        );
+        .expect("write");
+        let mut workspace =
+            Workspace::copy_of(&repo, crate::yaml::Limits::default()).expect("copy");
+        workspace.seal().expect("seal");
+        let app = workspace.root().join("app");
+        let mut engine = Kustomize::new(KustomizeProgram::detect(None));
+        engine.allow_remote_bases = false;
+
+        engine.sandbox.isolation = NetworkIsolation::Required;
+        let probe = engine.sandbox.probe(engine.program.path(), &["version", "--client"]);
+        assert_eq!(probe, crate::sandbox::IsolationSupport::Isolated, "isolation must work here");
+        let err = engine.run(&workspace, &app).expect_err("no network in the namespace");
+        assert!(matches!(err, KustomizeError::EngineFailed { .. }), "{err}");
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0, "{err}");
+
+        engine.sandbox.isolation = NetworkIsolation::Auto;
+        assert!(engine.run(&workspace, &app).is_err());
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+
+        // The control: without isolation the very same run fetches from the server.
+        engine.sandbox.isolation = NetworkIsolation::Off;
+        let output = engine.run(&workspace, &app).expect("fetched");
+        assert!(String::from_utf8_lossy(&output).contains("fetched"));
+        assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    }
+
+    #[test]
+    fn remote_bases_allowed_turn_isolation_off_for_the_engine_only() {
+        let mut engine = Kustomize::new(KustomizeProgram::Kubectl("kubectl".into()));
+        engine.sandbox.isolation = NetworkIsolation::Required;
+        assert_eq!(engine.engine_sandbox().isolation, NetworkIsolation::Required);
+        engine.allow_remote_bases = true;
+        assert_eq!(engine.engine_sandbox().isolation, NetworkIsolation::Off);
+        assert_eq!(engine.engine_sandbox().limits, engine.sandbox.limits);
+    }
+
+    #[test]
+    fn limit_deaths_are_recognised() {
+        use std::os::unix::process::ExitStatusExt;
+        let signalled = |signal: Signal| ExitStatus::from_raw(signal as i32);
+        let rows: &[(ExitStatus, bool)] = &[
+            (signalled(Signal::SIGXCPU), true),
+            (signalled(Signal::SIGKILL), true),
+            (signalled(Signal::SIGTERM), false),
+            (ExitStatus::from_raw(1 << 8), false),
+        ];
+        for (status, cpu) in rows {
+            assert_eq!(stopped_by_cpu_limit(*status), *cpu, "{status}");
+        }
+        let heads: &[(&str, bool)] = &[
+            ("fatal error: failed to reserve page summary memory\n", true),
+            ("runtime: out of memory: cannot allocate 4194304-byte block\n", true),
+            ("sh: fork: Cannot allocate memory", true),
+            ("Error: accumulating resources: missing", false),
+            ("", false),
+        ];
+        for (head, oom) in heads {
+            assert_eq!(out_of_memory(head.as_bytes()), *oom, "{head}");
+        }
+        assert!(is_namespace_errno(nix::errno::Errno::EPERM as i32));
+        assert!(!is_namespace_errno(nix::errno::Errno::ENOENT as i32));
     }
 
     #[test]
@@ -866,7 +1143,9 @@ mod tests {
         assert_eq!(read_capped(&b"abcdef"[..], 6), (b"abcdef".to_vec(), false));
         assert_eq!(read_capped(&b"abcdefg"[..], 6), (b"abcdef".to_vec(), true));
         let long: Vec<u8> = (0..50_000u32).map(|i| (i % 251) as u8).collect();
-        assert_eq!(read_tail(&long[..], 100), long[long.len() - 100..].to_vec());
-        assert_eq!(read_tail(&b"short"[..], 100), b"short".to_vec());
+        let (head, tail) = read_head_and_tail(&long[..], 100);
+        assert_eq!(tail, long[long.len() - 100..].to_vec());
+        assert_eq!(head, long[..STDERR_HEAD_BYTES].to_vec());
+        assert_eq!(read_head_and_tail(&b"short"[..], 100), (b"short".to_vec(), b"short".to_vec()));
     }
 }

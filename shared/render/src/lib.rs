@@ -5,6 +5,8 @@
 pub mod cache;
 pub mod helm;
 pub mod kustomize;
+pub mod references;
+pub mod sandbox;
 pub mod sops;
 pub mod source;
 pub mod workspace;

@@ -20,10 +20,10 @@ use kuvryn_sync_api::{FailureReason, RenderType};
 use kuvryn_sync_core::desired::Rendered;
 use serde_json::Value;
 
-use crate::kustomize::Kustomize;
+use crate::kustomize::{self, Kustomize};
 use crate::sops::{self, AgeKeys, SopsFormat};
 use crate::workspace::Workspace;
-use crate::yaml::{self, Limits};
+use crate::yaml::{self, Limits, RenderError};
 
 /// What a render needs besides the checkout.
 #[derive(Debug)]
@@ -77,7 +77,7 @@ pub fn render(request: &RenderRequest<'_>) -> Result<SourceRender, RenderFailure
     let mut out = SourceRender::default();
     let workspace = match (request.render_type, request.keys) {
         (RenderType::Yaml, None) => None,
-        _ => Some(private_copy(request, &mut out)?),
+        _ => Some(private_copy(request, &mut out, None)?),
     };
     let root = workspace.as_ref().map_or(request.root, Workspace::root);
     out.objects = match request.render_type {
@@ -101,13 +101,37 @@ pub fn render(request: &RenderRequest<'_>) -> Result<SourceRender, RenderFailure
     Ok(out)
 }
 
-/// A sealed private copy of the checkout, SOPS files decrypted in it when there are keys.
+/// A sealed private copy of what the render reads, SOPS files decrypted in it when there are
+/// keys. Only that is copied, never the whole commit: `reads` when given (Helm: the chart
+/// directory unless pulled, and the values files), else `spec.source.path` for `type: yaml`
+/// and Helm, and for kustomize the path and what its kustomizations name
+/// ([`crate::kustomize::materialise`]).
 pub fn private_copy(
     request: &RenderRequest<'_>,
     out: &mut SourceRender,
+    reads: Option<&[String]>,
 ) -> Result<Workspace, RenderFailure> {
-    let mut workspace = Workspace::copy_of(request.root, request.limits)
-        .map_err(|e| RenderFailure::new(e.reason(), e.to_string()))?;
+    let failed = |e: RenderError| RenderFailure::new(e.reason(), e.to_string());
+    let mut workspace = Workspace::empty(request.root, request.limits).map_err(failed)?;
+    match request.render_type {
+        RenderType::Kustomize if reads.is_none() => {
+            kustomize::materialise(
+                &mut workspace,
+                request.path,
+                request.kustomize.allow_remote_bases,
+            )
+            .map_err(|e| RenderFailure::new(e.reason(), e.to_string()))?;
+        }
+        _ => {
+            let default = [request.path.to_owned()];
+            // Unsafe paths are left for the renderer to refuse with its own message.
+            for path in reads.unwrap_or(&default) {
+                if let Some(relative) = inside_relative(path) {
+                    workspace.materialise(&relative).map_err(failed)?;
+                }
+            }
+        }
+    }
     if let Some(keys) = request.keys {
         let decrypted = sops::decrypt_tree(workspace.root(), keys)
             .map_err(|e| RenderFailure::new(e.reason(), e.to_string()))?;
@@ -115,6 +139,16 @@ pub fn private_copy(
     }
     workspace.seal().map_err(|e| RenderFailure::new(e.reason(), e.to_string()))?;
     Ok(workspace)
+}
+
+/// `path` as a relative path inside the repository, or `None` when it is absolute or climbs.
+fn inside_relative(path: &str) -> Option<std::path::PathBuf> {
+    let relative = Path::new(path);
+    let plain = !relative.is_absolute()
+        && relative
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+    plain.then(|| relative.to_path_buf())
 }
 
 /// Decrypt Secret data that is a SOPS document (with keys), or refuse any SOPS document left

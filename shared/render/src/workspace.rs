@@ -1,5 +1,8 @@
-//! A private render workspace: a fresh temporary copy of the checked-out repository tree, made for
-//! one render that runs an engine (kustomize, Helm) or decrypts files, and removed afterwards.
+//! A private render workspace: a fresh temporary copy of what one render reads from the
+//! checked-out repository tree ([`Workspace::materialise`] path by path, or [`Workspace::copy_of`]
+//! the whole tree), made for one render that runs an engine (kustomize, Helm) or decrypts files,
+//! and removed afterwards. It lives under [`crate::sandbox::temp_root`], which the controller
+//! empties at start-up.
 //!
 //! Why a copy rather than the checkout itself:
 //! - every render gets its own directory, so one Application's engine never sees another's
@@ -43,11 +46,19 @@ const PRIVATE_DIR_MODE: u32 = 0o700;
 /// Shown as the path of the workspace itself in errors that concern no repository path.
 const WORKSPACE_DISPLAY: &str = "(render workspace)";
 
-/// A private temporary copy of a repository tree; removed when dropped.
+/// A private temporary copy of (parts of) a repository tree; removed when dropped.
 #[derive(Debug)]
 pub struct Workspace {
     root: PathBuf,
     sealed: bool,
+    /// The checked-out repository copied from (canonical).
+    source: PathBuf,
+    limits: Limits,
+    /// Entries and bytes copied so far, against `limits`.
+    entries: usize,
+    bytes: u64,
+    /// Repository-relative paths copied whole (everything below them is present).
+    copied: Vec<PathBuf>,
     // Declared last: dropped after `Drop::drop` has made the copy writable again.
     dir: tempfile::TempDir,
 }
@@ -56,10 +67,16 @@ impl Workspace {
     /// Copy the checked-out tree at `repo_root` into a fresh private temporary directory, resolving
     /// symbolic links inside the repository and refusing any that leave it.
     pub fn copy_of(repo_root: &Path, limits: Limits) -> Result<Workspace, RenderError> {
+        let mut workspace = Workspace::empty(repo_root, limits)?;
+        workspace.materialise(Path::new(""))?;
+        Ok(workspace)
+    }
+
+    /// A fresh, empty private temporary directory (under [`crate::sandbox::temp_root`]) to copy
+    /// parts of the checked-out tree at `repo_root` into with [`Workspace::materialise`].
+    pub fn empty(repo_root: &Path, limits: Limits) -> Result<Workspace, RenderError> {
         let source = fs::canonicalize(repo_root).map_err(|err| unreadable(".", &err))?;
-        let dir = tempfile::Builder::new()
-            .prefix("ksync-render-")
-            .tempdir()
+        let dir = crate::sandbox::temp_dir("ksync-render-")
             .map_err(|err| unreadable(WORKSPACE_DISPLAY, &err))?;
         // The temporary directory is private (0700); the copy is a directory inside it, so
         // sealing the copy never opens it to other users.
@@ -69,10 +86,70 @@ impl Workspace {
         let root = parent.join("repo");
         fs::create_dir(&root).map_err(|err| unreadable(WORKSPACE_DISPLAY, &err))?;
         set_mode(&root, WRITABLE_DIR_MODE, WORKSPACE_DISPLAY)?;
-        let workspace = Workspace { root, sealed: false, dir };
-        let mut copy = Copy { source: &source, limits, entries: 0, bytes: 0, copying: Vec::new() };
-        copy.copy_dir(&[], &workspace.root, "")?;
-        Ok(workspace)
+        Ok(Workspace {
+            root,
+            sealed: false,
+            source,
+            limits,
+            entries: 0,
+            bytes: 0,
+            copied: Vec::new(),
+            dir,
+        })
+    }
+
+    /// Copy the repository entry at the relative path `relative` (a file, or a directory and
+    /// everything below it; `""` for the whole tree) into the copy, at the same place, with the
+    /// symlink rule of [`Workspace::copy_of`]. Parent directories are created as plain
+    /// directories; what is already copied is not copied again; a path that does not exist in
+    /// the repository copies nothing. The [`Limits`] count everything copied into this workspace.
+    pub fn materialise(&mut self, relative: &Path) -> Result<(), RenderError> {
+        if self.sealed {
+            return Err(unreadable(
+                WORKSPACE_DISPLAY,
+                &std::io::ErrorKind::ReadOnlyFilesystem.into(),
+            ));
+        }
+        let components: Vec<String> = relative
+            .components()
+            .filter_map(|c| match c {
+                std::path::Component::Normal(part) => Some(part.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect();
+        let normal: PathBuf = components.iter().collect();
+        if self.copied.iter().any(|done| normal.starts_with(done)) {
+            return Ok(());
+        }
+        let mut copy = Copy {
+            source: &self.source,
+            limits: self.limits,
+            entries: self.entries,
+            bytes: self.bytes,
+            copying: Vec::new(),
+        };
+        let display = components.join("/");
+        let result = if components.is_empty() {
+            copy.copy_dir(&[], &self.root, "")
+        } else {
+            let dest = self.root.join(&normal);
+            match dest.parent() {
+                Some(parent) if !parent.is_dir() => fs::create_dir_all(parent)
+                    .map_err(|err| unreadable(&display, &err))
+                    .and_then(|()| copy.copy_entry(&components, &dest, &display)),
+                _ => copy.copy_entry(&components, &dest, &display),
+            }
+        };
+        self.entries = copy.entries;
+        self.bytes = copy.bytes;
+        result?;
+        self.copied.push(normal);
+        Ok(())
+    }
+
+    /// Bytes copied into the workspace so far.
+    pub fn bytes_copied(&self) -> u64 {
+        self.bytes
     }
 
     /// The copy's root directory (absolute, without symbolic links).
@@ -176,10 +253,15 @@ impl Copy<'_> {
         let source = self.source_path(&real);
         let meta = fs::metadata(&source).map_err(|err| unreadable(display, &err))?;
         if meta.is_dir() {
-            self.count_entry()?;
-            fs::create_dir(dest).map_err(|err| unreadable(display, &err))?;
-            set_mode(dest, WRITABLE_DIR_MODE, display)?;
+            // A directory already made (the parent of something copied before) is completed.
+            if !dest.is_dir() {
+                self.count_entry()?;
+                fs::create_dir(dest).map_err(|err| unreadable(display, &err))?;
+                set_mode(dest, WRITABLE_DIR_MODE, display)?;
+            }
             self.copy_dir(&real, dest, display)
+        } else if dest.exists() {
+            Ok(()) // copied before
         } else if meta.is_file() {
             self.count_entry()?;
             self.copy_file(&source, dest, display, meta.len())

@@ -368,3 +368,40 @@ fn unsafe_archives_are_refused() {
     let err = render_archive(b"not gzip at all", Limits::default()).expect_err("garbage");
     assert!(matches!(err, HelmRenderError::Archive { .. }), "{err:?}");
 }
+
+/// The Helm helper in the controller's sandbox: with network isolation required it renders as
+/// without; under an address-space limit too small for its Go runtime it fails that render.
+#[test]
+fn the_helper_renders_in_the_sandbox_and_fails_alone_over_its_memory_limit() {
+    use kuvryn_sync_render::sandbox::{
+        IsolationSupport, NetworkIsolation, ResourceLimits, Sandbox,
+    };
+    let root = fixture_repo();
+    let values = AssembledValues::default();
+    let isolated = Sandbox { isolation: NetworkIsolation::Required, ..Sandbox::default() };
+    assert_eq!(
+        isolated.probe(renderer().helper(), &["--help"]),
+        IsolationSupport::Isolated,
+        "this machine runs the tests as root: isolation must be available"
+    );
+    let sandboxed = renderer().with_command_hook(move |command| isolated.apply(command));
+    let inside = render(&sandboxed, web(&root), &values, "demo", "team-a", Limits::default())
+        .expect("renders in the sandbox");
+    let outside = render_web(&values, "demo").expect("renders");
+    let objects = |rendered: &[Rendered]| -> Vec<Value> {
+        rendered.iter().map(|r| r.object.clone()).collect()
+    };
+    assert_eq!(objects(&inside), objects(&outside));
+
+    let starved = Sandbox {
+        limits: ResourceLimits { max_memory_bytes: 128 * 1024 * 1024, ..ResourceLimits::default() },
+        ..isolated
+    };
+    let tight = renderer().with_command_hook(move |command| starved.apply(command));
+    let err = render(&tight, web(&root), &values, "demo", "team-a", Limits::default())
+        .expect_err("over its memory limit");
+    assert_eq!(err.reason(), FailureReason::RenderFailure, "{err}");
+    assert!(err.to_string().contains("--render-max-memory"), "{err}");
+    // The neighbour with the default limits is unaffected.
+    render(&sandboxed, web(&root), &values, "demo", "team-a", Limits::default()).expect("renders");
+}

@@ -218,7 +218,7 @@ fn a_remote_base_is_refused_before_anything_runs_naming_file_and_entry() {
             entry: REMOTE.into(),
         }
     );
-    assert_eq!(err.reason(), FailureReason::ValidationFailure);
+    assert_eq!(err.reason(), FailureReason::RenderFailure);
     assert!(err.to_string().contains("copy it into the repository"), "{err}");
     assert!(!marker.exists(), "the engine must not run");
 
@@ -253,17 +253,17 @@ fn generators_reading_outside_the_kustomization_fail_without_echoing_contents() 
     let repo = dir.path().join("repo");
     let outside = dir.path().join("outside.env");
     write(dir.path(), "outside.env", &format!("TOKEN={CANARY}\n"));
-    // (entry, whether the load restrictor itself refuses it: a relative path climbing out of the
-    // private workspace finds nothing there, which fails just as well)
+    // (entry, whether the check before the engine refuses it, as leaving the repository; the
+    // others reach the engine, whose load restrictor refuses them)
     let sources = [
-        ("../../outside.env".to_owned(), false),
+        ("../../outside.env".to_owned(), true),
         (outside.display().to_string(), true),
         ("/proc/self/environ".to_owned(), true),
         // Inside the repository but outside this kustomization's root.
-        ("../shared/values.env".to_owned(), true),
+        ("../shared/values.env".to_owned(), false),
     ];
     write(&repo, "shared/values.env", &format!("TOKEN={CANARY}\n"));
-    for (source, restricted) in sources {
+    for (source, by_scan) in sources {
         write(
             &repo,
             "app/kustomization.yaml",
@@ -272,11 +272,15 @@ fn generators_reading_outside_the_kustomization_fail_without_echoing_contents() 
         let workspace = sealed(&repo);
         let err = real_engine().render(&workspace, "app").expect_err("load restrictor");
         let message = err.to_string();
-        assert!(matches!(err, KustomizeError::EngineFailed { .. }), "{source}: {message}");
-        assert_eq!(err.reason(), FailureReason::RenderFailure);
         assert!(!message.contains(CANARY), "{message}");
-        if restricted {
+        if by_scan {
+            assert!(matches!(err, KustomizeError::EntryEscapes { .. }), "{source}: {message}");
+            assert!(message.contains("secretGenerator[0].envs"), "{message}");
+            assert_eq!(err.reason(), FailureReason::ValidationFailure);
+        } else {
+            assert!(matches!(err, KustomizeError::EngineFailed { .. }), "{source}: {message}");
             assert!(message.contains("is not in or below 'app'"), "{message}");
+            assert_eq!(err.reason(), FailureReason::RenderFailure);
         }
         let root = workspace.root().to_string_lossy().into_owned();
         assert!(!message.contains(&root), "no machine path of the workspace: {message}");
