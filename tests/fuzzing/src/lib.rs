@@ -31,6 +31,7 @@ use kuvryn_sync_core::receiver::{
 };
 use kuvryn_sync_core::{health_rules, redact::Redactor};
 use kuvryn_sync_render::kustomize::{check_source_path, is_remote_entry};
+use kuvryn_sync_render::references::{entry_path, kustomization_references, plugin_references};
 use kuvryn_sync_render::sops::{AgeKeys, SopsFormat, decrypt, is_encrypted};
 use secrecy::ExposeSecret;
 use serde_json::Value;
@@ -242,9 +243,25 @@ pub fn cel_rule(data: &[u8]) {
     let _ = health_rules::evaluate(&compiled, &object);
 }
 
-/// Kustomization references: each line as an entry of a kustomization (remote or local) and as a
-/// source path.
+/// A kustomization (or plugin configuration) as the reference scanner reads it, and each line as
+/// an entry and as a source path.
+///
+/// Property: every entry the scanner finds that names an http(s) URL is classified remote, so the
+/// render refuses it.
 pub fn kustomize_refs(data: &[u8]) {
+    if let Ok(document) = serde_json::from_slice::<Value>(data) {
+        let mut found = kustomization_references(&document);
+        let plugins = plugin_references(&document, "generators");
+        found.references.extend(plugins.references);
+        for reference in &found.references {
+            let path = entry_path(reference.kind, &reference.entry);
+            let lower = path.trim().to_ascii_lowercase();
+            if !reference.inline && (lower.starts_with("http://") || lower.starts_with("https://"))
+            {
+                assert!(is_remote_entry(path), "{} entry {path:?} not remote", reference.field);
+            }
+        }
+    }
     let text = text(data);
     for line in text.lines().take(256) {
         let _ = is_remote_entry(line);
