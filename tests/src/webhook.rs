@@ -44,7 +44,8 @@ impl WebhookProcess {
 
     fn start_with(cluster: &TestCluster, dir: tempfile::TempDir, ca_pem: String) -> Result<Self> {
         let mut child = Command::new(workspace_binary("kuvryn-sync-webhook")?)
-            .args(["--listen", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--receiver-listen", "127.0.0.1:0"])
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
             .arg("--tls-cert-file")
             .arg(dir.path().join("tls.crt"))
             .arg("--tls-key-file")

@@ -23,7 +23,8 @@ impl Drop for Webhook {
 
 fn start(dir: &Path) -> Webhook {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kuvryn-sync-webhook"))
-        .args(["--listen", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"])
+        .args(["--listen", "127.0.0.1:0", "--receiver-listen", "127.0.0.1:0"])
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
         .arg("--tls-cert-file")
         .arg(dir.join("tls.crt"))
         .arg("--tls-key-file")
@@ -122,7 +123,8 @@ fn stops_with_exit_code_zero_on_sigterm() {
 fn a_missing_certificate_is_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = Command::new(env!("CARGO_BIN_EXE_kuvryn-sync-webhook"))
-        .args(["--listen", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"])
+        .args(["--listen", "127.0.0.1:0", "--receiver-listen", "127.0.0.1:0"])
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
         .arg("--tls-cert-file")
         .arg(dir.path().join("missing.crt"))
         .arg("--tls-key-file")
