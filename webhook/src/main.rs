@@ -91,11 +91,17 @@ struct TlsFiles {
 impl TlsFiles {
     /// The rustls configuration (HTTP/2 and HTTP/1.1 by ALPN).
     fn server_config(&self) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+        let serving = || {
+            format!(
+                "cannot load the serving certificate {} and key {}",
+                self.cert.display(),
+                self.key.display()
+            )
+        };
         let chain = CertificateDer::pem_file_iter(&self.cert)
             .and_then(Iterator::collect::<Result<Vec<_>, _>>)
-            .with_context(|| format!("cannot read {}", self.cert.display()))?;
-        let key = PrivateKeyDer::from_pem_file(&self.key)
-            .with_context(|| format!("cannot read {}", self.key.display()))?;
+            .with_context(serving)?;
+        let key = PrivateKeyDer::from_pem_file(&self.key).with_context(serving)?;
         let builder = rustls::ServerConfig::builder();
         let builder = match &self.client_ca {
             None => builder.with_no_client_auth(),
@@ -121,7 +127,7 @@ impl TlsFiles {
         };
         let mut config = builder
             .with_single_cert(chain, key)
-            .context("the certificate and key do not form a usable pair")?;
+            .with_context(|| format!("{}: they do not form a usable pair", serving()))?;
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
@@ -139,15 +145,7 @@ async fn main() -> anyhow::Result<()> {
         client_ca: args.admission_client_ca.clone(),
     };
     let receiver_tls = TlsFiles { client_ca: None, ..admission_tls.clone() };
-    let load = |files: &TlsFiles| {
-        files.server_config().map(RustlsConfig::from_config).with_context(|| {
-            format!(
-                "cannot load the serving certificate {} and key {}",
-                args.tls_cert_file.display(),
-                args.tls_key_file.display()
-            )
-        })
-    };
+    let load = |files: &TlsFiles| files.server_config().map(RustlsConfig::from_config);
     let tls_configs =
         [(load(&admission_tls)?, admission_tls), (load(&receiver_tls)?, receiver_tls)];
     let bind = |addr: SocketAddr| -> anyhow::Result<std::net::TcpListener> {
