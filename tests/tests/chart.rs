@@ -817,3 +817,40 @@ fn chart_webhook_pod_disruption_budget_keeps_one_replica_when_there_are_several(
         render(json!({"webhook": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 2}}}));
     assert_eq!(three.get("PodDisruptionBudget", WEBHOOK)["spec"]["minAvailable"], 2);
 }
+
+#[test]
+fn chart_admission_client_ca_is_mounted_and_passed_when_named() {
+    let r = render(json!({}));
+    assert!(args(&r, WEBHOOK).iter().all(|a| !a.starts_with("--admission-client-ca")));
+
+    let r =
+        render(json!({"webhook": {"admissionClientCA": {"configMapName": "apiserver-client-ca"}}}));
+    assert!(
+        args(&r, WEBHOOK).contains(
+            &"--admission-client-ca=/etc/kuvryn-sync/admission-client-ca/ca.crt".to_owned()
+        ),
+        "{:?}",
+        args(&r, WEBHOOK)
+    );
+    let pod = &r.get("Deployment", WEBHOOK)["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "admission-client-ca")
+        .expect("client CA volume")
+        .clone();
+    assert_eq!(
+        volume["configMap"],
+        json!({"name": "apiserver-client-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]})
+    );
+    let mount = container(&r, WEBHOOK)["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["name"] == "admission-client-ca")
+        .expect("client CA mount")
+        .clone();
+    assert_eq!(mount["mountPath"], "/etc/kuvryn-sync/admission-client-ca");
+    assert_eq!(mount["readOnly"], true);
+}
