@@ -15,6 +15,7 @@
 //! requests in flight (503) and per-endpoint body limits (413) (`routes`).
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -60,24 +61,32 @@ struct Args {
     cert_check_interval: Duration,
     /// Time for a connection's TLS handshake, and for each request's headers (HTTP/1.1: also how
     /// long a keep-alive connection may wait for its next request).
-    #[arg(long, default_value = "10s", value_parser = flags::duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = positive_duration, value_name = "DURATION")]
     header_read_timeout: Duration,
     /// Time for a whole request, body included, and its answer (408 past it; the connection is
     /// then closed).
-    #[arg(long, default_value = "10s", value_parser = flags::duration, value_name = "DURATION")]
+    #[arg(long, default_value = "10s", value_parser = positive_duration, value_name = "DURATION")]
     request_timeout: Duration,
     /// A connection without a byte read or written for this long is closed.
-    #[arg(long, default_value = "60s", value_parser = flags::duration, value_name = "DURATION")]
+    #[arg(long, default_value = "60s", value_parser = positive_duration, value_name = "DURATION")]
     idle_timeout: Duration,
     /// Open connections per listener; more are accepted and closed at once.
-    #[arg(long, default_value_t = 1024, value_name = "N")]
-    max_connections: usize,
+    #[arg(long, default_value = "1024", value_name = "N")]
+    max_connections: NonZeroUsize,
     /// Requests handled at once per listener; more are answered 503.
-    #[arg(long, default_value_t = 512, value_name = "N")]
-    max_in_flight: usize,
+    #[arg(long, default_value = "512", value_name = "N")]
+    max_in_flight: NonZeroUsize,
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+}
+
+/// A duration flag that must be more than zero (a zero timeout would refuse every request).
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match flags::duration(text)? {
+        zero if zero.is_zero() => Err("must be more than zero, such as 10s".to_owned()),
+        duration => Ok(duration),
+    }
 }
 
 /// Where the TLS configuration of a listener comes from.
@@ -176,8 +185,10 @@ async fn main() -> anyhow::Result<()> {
 
     tokio::spawn(watch_certificates(tls_configs.to_vec(), args.cert_check_interval));
 
-    let limits =
-        RequestLimits { request_timeout: args.request_timeout, max_in_flight: args.max_in_flight };
+    let limits = RequestLimits {
+        request_timeout: args.request_timeout,
+        max_in_flight: args.max_in_flight.get(),
+    };
     let handle = axum_server::Handle::new();
     let listeners = [
         (Listener::Admission, admission_listener, tls_configs[0].0.clone()),
@@ -187,7 +198,7 @@ async fn main() -> anyhow::Result<()> {
     for (listener, socket, tls) in listeners {
         let acceptor = RustlsAcceptor::new(tls)
             .handshake_timeout(args.header_read_timeout)
-            .acceptor(LimitedAcceptor::new(args.max_connections, args.idle_timeout));
+            .acceptor(LimitedAcceptor::new(args.max_connections.get(), args.idle_timeout));
         let mut server = axum_server::from_tcp(socket)?
             .acceptor(acceptor)
             .first_request_timeout(args.header_read_timeout)

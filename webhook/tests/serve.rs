@@ -194,6 +194,25 @@ fn an_unreadable_client_ca_is_a_clear_error() {
 }
 
 #[test]
+fn zero_limits_are_refused_naming_the_flag() {
+    for (flag, value) in [
+        ("--max-connections", "0"),
+        ("--max-in-flight", "0"),
+        ("--request-timeout", "0s"),
+        ("--header-read-timeout", "0s"),
+        ("--idle-timeout", "0s"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kuvryn-sync-webhook"))
+            .args([flag, value])
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{flag} {value}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(flag), "{flag} {value}: {stderr}");
+    }
+}
+
+#[test]
 fn stops_with_exit_code_zero_on_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
     certs(dir.path());
