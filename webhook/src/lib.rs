@@ -1,6 +1,6 @@
 //! The webhook's HTTPS surface as a library, so that what it serves is written once: the binary
-//! serves [`routes::router`] on each listener, and the chart's tests check every admission path the chart
-//! registers against [`routes::ROUTES`].
+//! serves [`routes::router`] on each of its two listeners, and the chart's tests check every
+//! admission path the chart registers against [`routes::ROUTES`].
 
 pub mod admission;
 pub mod connections;
