@@ -83,7 +83,8 @@ pub async fn run() -> Result<()> {
     certs.write_to(&tls)?;
     let (webhook, ready) = spawn_ready(
         Command::new(&binaries.webhook)
-            .args(["--listen", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--receiver-listen", "127.0.0.1:0"])
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
             .arg("--tls-cert-file")
             .arg(tls.join("tls.crt"))
             .arg("--tls-key-file")

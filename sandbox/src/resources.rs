@@ -190,6 +190,7 @@ pub fn builtins() -> Vec<ResourceInfo> {
         ("batch", "v1", "jobs", "Job", true, &[], true, true),
         ("batch", "v1", "cronjobs", "CronJob", true, &["cj"], true, true),
         ("networking.k8s.io", "v1", "ingresses", "Ingress", true, &["ing"], true, true),
+        ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", true, &["pdb"], true, true),
         ("rbac.authorization.k8s.io", "v1", "roles", "Role", true, &[], false, false),
         ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", true, &[], false, false),
         ("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", false, &[], false, false),

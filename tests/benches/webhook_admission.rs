@@ -163,7 +163,8 @@ async fn main() -> Result<()> {
         None => workspace_binary("kuvryn-sync-webhook")?,
     };
     let mut child = Command::new(&binary)
-        .args(["--listen", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"])
+        .args(["--listen", "127.0.0.1:0", "--receiver-listen", "127.0.0.1:0"])
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
         .arg("--tls-cert-file")
         .arg(dir.path().join("tls.crt"))
         .arg("--tls-key-file")

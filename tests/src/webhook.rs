@@ -17,8 +17,10 @@ use crate::cluster::{TestCluster, workspace_binary};
 #[derive(Debug)]
 pub struct WebhookProcess {
     child: Child,
-    /// `https://127.0.0.1:PORT`.
+    /// `https://127.0.0.1:PORT`: the admission listener.
     pub https: String,
+    /// `https://127.0.0.1:PORT`: the receivers' listener.
+    pub receivers: String,
     /// `http://127.0.0.1:PORT` (`/metrics`, `/readyz`).
     pub metrics: String,
     /// The PEM CA that signed the serving certificate.
@@ -36,19 +38,31 @@ impl Drop for WebhookProcess {
 impl WebhookProcess {
     /// Start the webhook against `cluster`.
     pub fn start(cluster: &TestCluster) -> Result<Self> {
+        Self::start_with_args(cluster, &[])
+    }
+
+    /// Start the webhook against `cluster` with extra flags (limits, timeouts).
+    pub fn start_with_args(cluster: &TestCluster, args: &[&str]) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let certs = crate::localhost_certs()?;
         certs.write_to(dir.path())?;
-        Self::start_with(cluster, dir, certs.ca_cert_pem)
+        Self::start_with(cluster, dir, certs.ca_cert_pem, args)
     }
 
-    fn start_with(cluster: &TestCluster, dir: tempfile::TempDir, ca_pem: String) -> Result<Self> {
+    fn start_with(
+        cluster: &TestCluster,
+        dir: tempfile::TempDir,
+        ca_pem: String,
+        args: &[&str],
+    ) -> Result<Self> {
         let mut child = Command::new(workspace_binary("kuvryn-sync-webhook")?)
-            .args(["--listen", "127.0.0.1:0", "--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--listen", "127.0.0.1:0", "--receiver-listen", "127.0.0.1:0"])
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
             .arg("--tls-cert-file")
             .arg(dir.path().join("tls.crt"))
             .arg("--tls-key-file")
             .arg(dir.path().join("tls.key"))
+            .args(args)
             .env("KUBECONFIG", cluster.kubeconfig())
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdout(Stdio::piped())
@@ -59,13 +73,15 @@ impl WebhookProcess {
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line)?;
         let words: Vec<&str> = line.split_whitespace().collect();
-        if words.first() != Some(&"ready") || words.len() < 4 {
+        // "ready https://ADMISSION metrics http://OPS receivers https://RECEIVERS"
+        if words.first() != Some(&"ready") || words.len() < 6 {
             bail!("the webhook did not start: first line {line:?}");
         }
         Ok(Self {
             child,
             https: words[1].to_owned(),
             metrics: words[3].to_owned(),
+            receivers: words[5].to_owned(),
             ca_pem,
             _dir: dir,
         })
@@ -129,6 +145,11 @@ impl WebhookProcess {
             api.patch(&name, &PatchParams::apply("e2e").force(), &Patch::Apply(&body)).await?;
         }
         Ok(())
+    }
+
+    /// The process id (for `/proc/PID/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The webhook's `/metrics` text.

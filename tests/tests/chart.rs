@@ -18,6 +18,7 @@ use x509_parser::prelude::*;
 const CONTROLLER: &str = "kuvryn-sync-controller";
 const WEBHOOK: &str = "kuvryn-sync-webhook";
 const WEBHOOK_TLS_SECRET: &str = "kuvryn-sync-webhook-tls";
+const RECEIVERS: &str = "kuvryn-sync-webhook-receivers";
 const VALIDATING: &str = "kuvryn-sync-healthchecks";
 const MUTATING: &str = "kuvryn-sync-applications";
 
@@ -51,15 +52,16 @@ fn counts(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
     pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect()
 }
 
-const COMMON_KINDS: [(&str, usize); 9] = [
+const COMMON_KINDS: [(&str, usize); 10] = [
     ("ClusterRole", 3),
     ("ClusterRoleBinding", 3),
     ("Deployment", 2),
     ("MutatingWebhookConfiguration", 1),
     ("ValidatingWebhookConfiguration", 1),
+    ("PodDisruptionBudget", 1),
     ("Role", 1),
     ("RoleBinding", 1),
-    ("Service", 1),
+    ("Service", 2),
     ("ServiceAccount", 2),
 ];
 
@@ -232,6 +234,13 @@ fn chart_deployments_are_hardened_with_probes_and_resources() {
             .iter()
             .any(|p| p["name"] == "https" && p["containerPort"] == 9443)
     );
+    assert!(
+        webhook["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .any(|p| p["name"] == "receivers" && p["containerPort"] == 9444)
+    );
     assert_eq!(webhook["image"], "kuvryn/kuvryn-sync-webhook:0.1.0");
     assert_eq!(controller["image"], "kuvryn/kuvryn-sync-controller:0.1.0");
 
@@ -256,6 +265,7 @@ fn chart_container_args() {
         args(&r, WEBHOOK),
         [
             "--listen=0.0.0.0:9443",
+            "--receiver-listen=0.0.0.0:9444",
             "--tls-cert-file=/tls/tls.crt",
             "--tls-key-file=/tls/tls.key",
             "--metrics-bind-address=0.0.0.0:8080",
@@ -512,9 +522,18 @@ fn chart_webhook_configurations_and_service() {
         svc["spec"]["ports"],
         json!([{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}])
     );
+    let receivers = r.get("Service", RECEIVERS);
+    assert_eq!(receivers["spec"]["type"], "ClusterIP");
+    assert_eq!(
+        receivers["spec"]["ports"],
+        json!([{"name": "https", "port": 443, "targetPort": "receivers", "protocol": "TCP"}]),
+        "the receivers' Service reaches the receivers' listener, not admission"
+    );
     let pod_labels = &r.get("Deployment", WEBHOOK)["spec"]["template"]["metadata"]["labels"];
-    for (k, v) in svc["spec"]["selector"].as_object().expect("selector") {
-        assert_eq!(&pod_labels[k], v, "Service selects the webhook pods");
+    for svc in [svc, receivers] {
+        for (k, v) in svc["spec"]["selector"].as_object().expect("selector") {
+            assert_eq!(&pod_labels[k], v, "Service selects the webhook pods");
+        }
     }
     assert_eq!(
         r.get("Deployment", CONTROLLER)["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"],
@@ -562,6 +581,7 @@ fn chart_generated_mode_ca_bundle_is_the_pem_ca_of_the_serving_certificate() {
         .collect();
     assert!(sans.contains(&format!("{WEBHOOK}.{NAMESPACE}.svc")), "{sans:?}");
     assert!(sans.contains(&format!("{WEBHOOK}.{NAMESPACE}.svc.cluster.local")), "{sans:?}");
+    assert!(sans.contains(&format!("{RECEIVERS}.{NAMESPACE}.svc")), "{sans:?}");
 
     // Each install generates its own CA.
     let again = render(mode("generated"));
@@ -619,7 +639,9 @@ fn chart_cert_manager_mode_issues_and_injects_the_ca() {
         serving["spec"]["dnsNames"],
         json!([
             format!("{WEBHOOK}.{NAMESPACE}.svc"),
-            format!("{WEBHOOK}.{NAMESPACE}.svc.cluster.local")
+            format!("{WEBHOOK}.{NAMESPACE}.svc.cluster.local"),
+            format!("{RECEIVERS}.{NAMESPACE}.svc"),
+            format!("{RECEIVERS}.{NAMESPACE}.svc.cluster.local"),
         ])
     );
     assert_eq!(
@@ -662,7 +684,7 @@ fn chart_cert_manager_mode_issues_and_injects_the_ca() {
 #[test]
 fn chart_metrics_services_are_optional() {
     let r = render(json!({}));
-    assert_eq!(r.of_kind("Service").len(), 1, "only the webhook Service by default");
+    assert_eq!(r.of_kind("Service").len(), 2, "only the webhook's two Services by default");
     let r = render(json!({"controller": {"metrics": {"service": {"enabled": true}}},
                           "webhook": {"metrics": {"service": {"enabled": true}}}}));
     for (svc, component) in [
@@ -720,4 +742,115 @@ fn chart_registers_exactly_the_admission_paths_the_webhook_serves() {
     // Both admission paths are served and registered.
     let all: BTreeSet<String> = ADMISSION_PATHS.iter().map(|p| (*p).to_owned()).collect();
     assert_eq!(served, all);
+}
+
+#[test]
+fn chart_receivers_ingress_is_optional_and_routes_only_hooks() {
+    let r = render(json!({}));
+    assert!(r.of_kind("Ingress").is_empty(), "no Ingress by default");
+
+    let values = json!({"webhook": {"receivers": {"ingress": {
+        "enabled": true, "className": "nginx",
+        "annotations": {"nginx.ingress.kubernetes.io/backend-protocol": "HTTPS"},
+        "hosts": ["hooks.example.com"],
+        "tls": [{"secretName": "hooks-tls", "hosts": ["hooks.example.com"]}],
+    }}}});
+    let r = render(values);
+    let ingress = r.get("Ingress", RECEIVERS);
+    assert_eq!(ingress["apiVersion"], "networking.k8s.io/v1");
+    assert_eq!(ingress["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(ingress["spec"]["ingressClassName"], "nginx");
+    assert_eq!(
+        ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"],
+        "HTTPS"
+    );
+    assert_eq!(
+        ingress["spec"]["tls"],
+        json!([{"secretName": "hooks-tls", "hosts": ["hooks.example.com"]}])
+    );
+    assert_eq!(
+        ingress["spec"]["rules"],
+        json!([{"host": "hooks.example.com", "http": {"paths": [{
+            "path": "/hooks/", "pathType": "Prefix",
+            "backend": {"service": {"name": RECEIVERS, "port": {"name": "https"}}},
+        }]}}]),
+        "only the receiver paths, only on the receivers' Service"
+    );
+    // Every receiver path is under the Ingress's prefix; no admission path is.
+    for route in kuvryn_sync_webhook::routes::ROUTES {
+        use kuvryn_sync_webhook::routes::RouteKind;
+        match route.kind {
+            RouteKind::Receiver => assert!(route.path.starts_with("/hooks/"), "{route:?}"),
+            RouteKind::Admission => assert!(!route.path.starts_with("/hooks/"), "{route:?}"),
+            RouteKind::Health => {}
+        }
+    }
+
+    let message = render_error(
+        json!({"webhook": {"receivers": {"ingress": {"enabled": true, "hosts": []}}}}),
+    );
+    assert!(message.contains("webhook.receivers.ingress.hosts"), "{message}");
+}
+
+#[test]
+fn chart_webhook_pod_disruption_budget_keeps_one_replica_when_there_are_several() {
+    let r = render(json!({}));
+    let pdb = r.get("PodDisruptionBudget", WEBHOOK);
+    assert_eq!(pdb["apiVersion"], "policy/v1");
+    assert_eq!(pdb["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    let deployment = r.get("Deployment", WEBHOOK);
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"], deployment["spec"]["selector"]["matchLabels"],
+        "the budget covers exactly the webhook Pods"
+    );
+
+    for values in [
+        json!({"webhook": {"replicas": 1}}),
+        json!({"webhook": {"podDisruptionBudget": {"enabled": false}}}),
+    ] {
+        let r = render(values.clone());
+        assert!(r.of_kind("PodDisruptionBudget").is_empty(), "{values}");
+    }
+    let three =
+        render(json!({"webhook": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 2}}}));
+    assert_eq!(three.get("PodDisruptionBudget", WEBHOOK)["spec"]["minAvailable"], 2);
+}
+
+#[test]
+fn chart_admission_client_ca_is_mounted_and_passed_when_named() {
+    let r = render(json!({}));
+    assert!(args(&r, WEBHOOK).iter().all(|a| !a.starts_with("--admission-client-ca")));
+
+    let r =
+        render(json!({"webhook": {"admissionClientCA": {"configMapName": "apiserver-client-ca"}}}));
+    assert!(
+        args(&r, WEBHOOK).contains(
+            &"--admission-client-ca=/etc/kuvryn-sync/admission-client-ca/ca.crt".to_owned()
+        ),
+        "{:?}",
+        args(&r, WEBHOOK)
+    );
+    let pod = &r.get("Deployment", WEBHOOK)["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == "admission-client-ca")
+        .expect("client CA volume")
+        .clone();
+    assert_eq!(
+        volume["configMap"],
+        json!({"name": "apiserver-client-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]})
+    );
+    let mount = container(&r, WEBHOOK)["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .find(|m| m["name"] == "admission-client-ca")
+        .expect("client CA mount")
+        .clone();
+    assert_eq!(mount["mountPath"], "/etc/kuvryn-sync/admission-client-ca");
+    assert_eq!(mount["readOnly"], true);
 }

@@ -78,7 +78,8 @@ fn start_webhook(
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let mut command = Command::new(workspace_binary("kuvryn-sync-webhook")?);
     command
-        .args(["--listen", &addr.to_string(), "--metrics-bind-address", "127.0.0.1:0"])
+        .args(["--listen", &addr.to_string(), "--receiver-listen", "127.0.0.1:0"])
+        .args(["--metrics-bind-address", "127.0.0.1:0"])
         .arg("--tls-cert-file")
         .arg(dir.join("tls.crt"))
         .arg("--tls-key-file")

@@ -14,6 +14,11 @@
 //!    most one merge patch of `metadata.annotations["sync.kuvryn.io/reconcile-requested-at"]`
 //!    (RFC 3339, now) on the Repository or ImagePolicy.
 //!
+//! **Replays.** An authenticated push is claimed in a [`ReplayCache`] by its delivery id
+//! (`X-GitHub-Delivery`, `X-Gitlab-Event-UUID`) and its body's digest before anything is read
+//! for it; a push already claimed is answered 200 `duplicate` and changes nothing. A claim whose
+//! request then fails (503) is released, so the sender's retry is acted on.
+//!
 //! **Existence is not revealed.** An invalid or unknown namespace or name, an object without
 //! `spec.webhook`, a missing Secret, a Secret without a non-empty `token`, and a missing or wrong
 //! signature or token all get the same 401 with the same body. When there is no token to check
@@ -64,8 +69,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kuvryn_sync_api::{Application, ImagePolicy, Repository, SecretReference, keys};
+use std::sync::{Arc, Mutex};
+
 use kuvryn_sync_core::receiver::{
-    self, ApplicationSourceRef, BadPayload, GitHookEvent, HookOutcome, PushAction, Unauthorized,
+    self, ApplicationSourceRef, BadPayload, GitHookEvent, HookOutcome, PushAction, ReplayCache,
+    Unauthorized,
 };
 use kuvryn_sync_core::redact;
 
@@ -86,12 +94,19 @@ const STAND_IN_TOKEN: &[u8] = b"kuvryn-sync: no hook token here";
 #[derive(Clone)]
 pub struct HookState {
     client: kube::Client,
+    replays: Arc<Mutex<ReplayCache>>,
 }
 
 impl HookState {
-    /// Receivers that read and annotate through `client`.
+    /// Receivers that read and annotate through `client`, remembering deliveries for
+    /// [`receiver::REPLAY_TTL`].
     pub fn new(client: kube::Client) -> Self {
-        HookState { client }
+        HookState::with_replay_cache(client, ReplayCache::default())
+    }
+
+    /// Receivers with a replay cache of their own sizing.
+    pub fn with_replay_cache(client: kube::Client, replays: ReplayCache) -> Self {
+        HookState { client, replays: Arc::new(Mutex::new(replays)) }
     }
 }
 
@@ -173,7 +188,7 @@ async fn repository_hook(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let result = handle_repository_hook(&state.client, &namespace, &name, &headers, body).await;
+    let result = handle_repository_hook(&state, &namespace, &name, &headers, body).await;
     answer(HookEndpoint::Repository, &namespace, &name, result)
 }
 
@@ -190,12 +205,13 @@ async fn image_policy_hook(
 }
 
 async fn handle_repository_hook(
-    client: &kube::Client,
+    state: &HookState,
     namespace: &str,
     name: &str,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<HookOutcome, Refusal> {
+    let client = &state.client;
     let body = within_size_limit(body)?;
     let repository = lookup::<Repository>(client, namespace, name).await?;
     let token = match &repository {
@@ -218,12 +234,36 @@ async fn handle_repository_hook(
     if !matches!(event, GitHookEvent::Push(_)) {
         return Ok(HookOutcome::Acknowledged);
     }
+    let delivery_header = match provider {
+        receiver::GitProvider::GitHub => "x-github-delivery",
+        receiver::GitProvider::GitLab => "x-gitlab-event-uuid",
+    };
+    let keys = receiver::delivery_keys(header(headers, delivery_header), &body);
+    let claimed = lock(&state.replays).claim(&keys, std::time::Instant::now());
+    if !claimed {
+        return Ok(HookOutcome::Duplicate);
+    }
+    let result = act_on_push(client, namespace, name, &repository, &event).await;
+    if result.is_err() {
+        lock(&state.replays).release(&keys);
+    }
+    result
+}
+
+/// Request a reconcile when the push is to a ref the Repository or its Applications follow.
+async fn act_on_push(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    repository: &Repository,
+    event: &GitHookEvent,
+) -> Result<HookOutcome, Refusal> {
     let applications = applications_in(client, namespace).await?;
     let sources: Vec<ApplicationSourceRef<'_>> =
         applications.iter().filter_map(|app| source_of(app, name)).collect();
     let repository_revision = repository.spec.git.as_ref().and_then(|g| g.revision.as_deref());
     let watched = receiver::watched_revisions(name, repository_revision, &sources);
-    let action = receiver::push_action(&event, &watched);
+    let action = receiver::push_action(event, &watched);
     if action == PushAction::RequestReconcile {
         request_reconcile::<Repository>(client, namespace, name).await?;
     }
@@ -275,6 +315,12 @@ fn within_size_limit(body: Result<Bytes, BytesRejection>) -> Result<Bytes, Refus
         StatusCode::PAYLOAD_TOO_LARGE => Refusal::TooLarge,
         _ => Refusal::Unreadable,
     })
+}
+
+/// The replay cache, even if a panicking request poisoned its lock (its state is a set of keys,
+/// valid after any partial update).
+fn lock(cache: &Mutex<ReplayCache>) -> std::sync::MutexGuard<'_, ReplayCache> {
+    cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -421,6 +467,7 @@ fn outcome_message(endpoint: HookEndpoint, outcome: HookOutcome) -> &'static str
         (HookOutcome::BadRequest, _) => "bad request",
         (HookOutcome::TooLarge, _) => "too large",
         (HookOutcome::Unavailable, _) => "unavailable",
+        (HookOutcome::Duplicate, _) => "already delivered; ignored",
     }
 }
 

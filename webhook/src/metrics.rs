@@ -65,6 +65,7 @@ impl Outcome {
             H::BadRequest => Outcome::BadRequest,
             H::TooLarge => Outcome::TooLarge,
             H::Unavailable => Outcome::Error,
+            H::Duplicate => Outcome::Acknowledged,
         }
     }
 

@@ -5,7 +5,8 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use kuvryn_sync_webhook::routes::{
-    ADMIT_APPLICATIONS, AppState, MAX_BODY_BYTES, VALIDATE_HEALTHCHECKS, router,
+    ADMIT_APPLICATIONS, AppState, MAX_ADMISSION_BODY_BYTES, RequestLimits, VALIDATE_HEALTHCHECKS,
+    admission_router,
 };
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -15,7 +16,10 @@ async fn post(path: &str, body: Vec<u8>) -> (StatusCode, Vec<u8>) {
         .header("content-type", "application/json")
         .body(Body::from(body))
         .expect("request");
-    let response = router(AppState::default()).oneshot(request).await.expect("router answers");
+    let response = admission_router(AppState::default(), RequestLimits::default())
+        .oneshot(request)
+        .await
+        .expect("router answers");
     let status = response.status();
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body");
     (status, bytes.to_vec())
@@ -56,9 +60,25 @@ async fn malformed_wrong_typed_and_oversize_bodies_get_a_4xx() {
                 String::from_utf8_lossy(body)
             );
         }
-        let huge = vec![b' '; MAX_BODY_BYTES + 1];
+        let huge = vec![b' '; MAX_ADMISSION_BODY_BYTES + 1];
         assert_eq!(post(path, huge).await.0, StatusCode::PAYLOAD_TOO_LARGE, "{path}");
     }
+}
+
+#[tokio::test]
+async fn the_largest_legitimate_update_review_is_read() {
+    // An UPDATE of an Application at etcd's 1.5 MiB: old and new object in one review.
+    let big = "x".repeat(1536 * 1024);
+    let object = json!({"metadata": {"name": "x", "annotations": {"note": big}}, "spec": {}});
+    let mut review = review("healthchecks", object.clone());
+    review["request"]["operation"] = json!("UPDATE");
+    review["request"]["oldObject"] = object;
+    let body = review.to_string().into_bytes();
+    assert!(body.len() > 3 * 1024 * 1024, "{} bytes", body.len());
+    let (status, answer) = post(VALIDATE_HEALTHCHECKS, body).await;
+    assert_eq!(status, StatusCode::OK);
+    let answer: Value = serde_json::from_slice(&answer).expect("json");
+    assert_eq!(answer["response"]["uid"], "7f0b2c1e-0000-4000-8000-000000000042");
 }
 
 #[tokio::test]

@@ -383,6 +383,42 @@ async fn repository_hooks_request_a_reconcile_only_for_authenticated_watched_pus
     h.assert_reports_match(&statuses);
 }
 
+#[tokio::test]
+async fn a_replayed_gitlab_push_is_a_duplicate_and_changes_nothing() {
+    let h = Harness::start().await;
+    repositories(&h).await;
+    let path = h.repo_path("platform");
+    let uuid = "1b2c3d4e-0000-4000-8000-00000000abcd";
+    let push = |uuid: &'static str, refname: &str| {
+        let headers = vec![
+            ("X-Gitlab-Event", "Push Hook"),
+            ("X-Gitlab-Token", REPO_TOKEN),
+            ("X-Gitlab-Event-UUID", uuid),
+        ];
+        (headers, gitlab_push(refname))
+    };
+    let (headers, body) = push(uuid, "refs/heads/main");
+    let (status, answer) = h.post(&path, &headers, body).await;
+    assert_eq!(status, 202, "{answer}");
+    let acted = h.state::<Repository>("platform").await;
+    assert!(acted.1.is_some());
+
+    // The same event UUID with another body, and the same body under another UUID: both replays.
+    for (uuid, refname) in [(uuid, "refs/heads/release-1"), ("another-uuid", "refs/heads/main")] {
+        let (headers, body) = push(uuid, refname);
+        let (status, answer) = h.post(&path, &headers, body).await;
+        assert_eq!(status, 200, "{uuid} {refname}: {answer}");
+        let answer: Value = serde_json::from_str(&answer).expect("json");
+        assert_eq!(answer["outcome"], "duplicate", "{uuid} {refname}");
+        assert_eq!(h.state::<Repository>("platform").await, acted, "{uuid} {refname}");
+    }
+    // A new event is acted on.
+    let (headers, body) = push("a-new-uuid", "refs/heads/release-1");
+    assert_eq!(h.post(&path, &headers, body).await.0, 202);
+    assert_ne!(h.state::<Repository>("platform").await.0, acted.0);
+    h.assert_reports_match(&[202, 200, 200, 202]);
+}
+
 fn distribution(action: &str) -> Vec<u8> {
     json!({"events": [{"id": "1", "action": action,
         "target": {"mediaType": "application/vnd.oci.image.manifest.v1+json",

@@ -55,6 +55,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-webhook" (include "kuvryn-sync.fullname" .) -}}
 {{- end -}}
 
+{{/* The receivers' Service (the admission Service is kuvryn-sync.webhook.name). */}}
+{{- define "kuvryn-sync.webhook.receiversName" -}}
+{{- printf "%s-webhook-receivers" (include "kuvryn-sync.fullname" .) -}}
+{{- end -}}
+
 {{- define "kuvryn-sync.controller.serviceAccountName" -}}
 {{- default (include "kuvryn-sync.controller.name" .) .Values.controller.serviceAccount.name -}}
 {{- end -}}
@@ -77,10 +82,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- $mode -}}
 {{- end -}}
 
-{{/* DNS names of the webhook Service, which the serving certificate must carry. */}}
+{{/* DNS names of the webhook's two Services (admission first), which the serving certificate
+must carry. */}}
 {{- define "kuvryn-sync.webhook.dnsNames" -}}
 {{- $svc := include "kuvryn-sync.webhook.name" . -}}
-{{- list (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson -}}
+{{- $rcv := include "kuvryn-sync.webhook.receiversName" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- list (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) (printf "%s.%s.svc" $rcv $ns) (printf "%s.%s.svc.cluster.local" $rcv $ns) | toJson -}}
 {{- end -}}
 
 {{/* The Secret holding tls.crt / tls.key for the webhook. */}}

@@ -38,6 +38,17 @@
 //! follows ([`push_matches`]): exact ref comparison, never a pattern, and the payload's repository
 //! identity is not consulted (the signature already binds the call to this Repository's token;
 //! comparing URLs would turn every mirror or URL spelling into a silently dead hook).
+//!
+//! # Replays
+//! A signed GitHub push stays valid forever: whoever captured one could send it again. After
+//! authentication, a push is named by its delivery id (`X-GitHub-Delivery`, or GitLab's
+//! `X-Gitlab-Event-UUID`) and by the SHA-256 of its body ([`delivery_keys`]); a push sharing
+//! either with one acted on within [`REPLAY_TTL`] is a [`HookOutcome::Duplicate`] (200, no
+//! effect). The body digest is needed because the delivery header is not signed: a replay with a
+//! made-up id still carries the same signed body. [`ReplayCache`] holds at most
+//! [`REPLAY_CACHE_CAPACITY`] keys, oldest out first; it is per process, so a replay that reaches
+//! another replica, or arrives after the TTL or after eviction, is acted on again (its effect is
+//! one more fetch of the same Repository).
 
 use hmac::{Hmac, Mac};
 use serde_json::{Map, Value};
@@ -101,17 +112,21 @@ pub enum HookOutcome {
     /// The Kubernetes API failed while looking up or annotating the object (503; the sender may
     /// retry).
     Unavailable,
+    /// Authenticated, but a delivery already acted on ([`ReplayCache`]): ignored, answered 200 so
+    /// that the sender does not retry it.
+    Duplicate,
 }
 
 impl HookOutcome {
     /// Every outcome, for metric registration and tests.
-    pub const ALL: [HookOutcome; 6] = [
+    pub const ALL: [HookOutcome; 7] = [
         HookOutcome::Accepted,
         HookOutcome::Acknowledged,
         HookOutcome::Unauthorized,
         HookOutcome::BadRequest,
         HookOutcome::TooLarge,
         HookOutcome::Unavailable,
+        HookOutcome::Duplicate,
     ];
 
     /// The HTTP status code answered.
@@ -123,6 +138,7 @@ impl HookOutcome {
             HookOutcome::BadRequest => 400,
             HookOutcome::TooLarge => 413,
             HookOutcome::Unavailable => 503,
+            HookOutcome::Duplicate => 200,
         }
     }
 
@@ -135,6 +151,7 @@ impl HookOutcome {
             HookOutcome::BadRequest => "bad_request",
             HookOutcome::TooLarge => "too_large",
             HookOutcome::Unavailable => "unavailable",
+            HookOutcome::Duplicate => "duplicate",
         }
     }
 }
@@ -793,6 +810,112 @@ pub fn policies_to_rescan<'a>(
     names
 }
 
+/// How long an acted-on delivery is remembered.
+pub const REPLAY_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
+/// How many delivery keys are remembered (two per push: about 200 bytes each, so some 4 MB).
+pub const REPLAY_CACHE_CAPACITY: usize = 20_000;
+
+/// The keys a push is remembered by: its delivery id when the sender gave one (trimmed, at most
+/// 128 bytes of it), and the SHA-256 of its body.
+pub fn delivery_keys(delivery_id: Option<&str>, body: &[u8]) -> Vec<String> {
+    let mut keys = Vec::with_capacity(2);
+    if let Some(id) = delivery_id.map(str::trim).filter(|id| !id.is_empty()) {
+        let end = (0..=id.len().min(128)).rev().find(|&i| id.is_char_boundary(i)).unwrap_or(0);
+        keys.push(format!("id:{}", &id[..end]));
+    }
+    keys.push(format!("sha256:{}", hex::encode(Sha256::digest(body))));
+    keys
+}
+
+/// A bounded, time-limited set of delivery keys (see "Replays" above). Pure: the caller passes
+/// the clock. Insertion order is kept in a ring, so the oldest keys are dropped first when the
+/// cache is full, and expired keys are dropped as new ones arrive.
+#[derive(Debug)]
+pub struct ReplayCache {
+    capacity: usize,
+    ttl: std::time::Duration,
+    seen: std::collections::HashMap<String, std::time::Instant>,
+    order: std::collections::VecDeque<(String, std::time::Instant)>,
+}
+
+impl Default for ReplayCache {
+    fn default() -> Self {
+        ReplayCache::new(REPLAY_CACHE_CAPACITY, REPLAY_TTL)
+    }
+}
+
+impl ReplayCache {
+    /// A cache of at most `capacity` keys (at least one), each kept for `ttl`.
+    pub fn new(capacity: usize, ttl: std::time::Duration) -> Self {
+        ReplayCache {
+            capacity: capacity.max(1),
+            ttl,
+            seen: std::collections::HashMap::new(),
+            order: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// How many keys are remembered.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether no key is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+
+    /// Claim a delivery at `now`: `true` (and every key remembered) when none of `keys` was
+    /// claimed within the TTL, `false` (nothing changed) when one was: a replay.
+    pub fn claim(&mut self, keys: &[String], now: std::time::Instant) -> bool {
+        self.expire(now);
+        let fresh = |at: &std::time::Instant| now.saturating_duration_since(*at) < self.ttl;
+        if keys.iter().any(|key| self.seen.get(key).is_some_and(fresh)) {
+            return false;
+        }
+        for key in keys {
+            self.seen.insert(key.clone(), now);
+            self.order.push_back((key.clone(), now));
+        }
+        while self.seen.len() > self.capacity && !self.order.is_empty() {
+            self.pop_oldest();
+        }
+        // Released keys leave stale ring entries behind; keep the ring bounded too.
+        if self.order.len() > 2 * self.capacity {
+            let seen = &self.seen;
+            self.order.retain(|(key, at)| seen.get(key) == Some(at));
+        }
+        true
+    }
+
+    /// Forget a claim whose delivery was not acted on (the API failed), so that the sender's
+    /// retry is.
+    pub fn release(&mut self, keys: &[String]) {
+        for key in keys {
+            self.seen.remove(key);
+        }
+    }
+
+    fn expire(&mut self, now: std::time::Instant) {
+        while let Some((_, at)) = self.order.front() {
+            if now.saturating_duration_since(*at) < self.ttl {
+                break;
+            }
+            self.pop_oldest();
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        let Some((key, at)) = self.order.pop_front() else { return };
+        // A released and re-claimed key has a newer entry further back; only the entry that
+        // matches the map is the key's.
+        if self.seen.get(&key) == Some(&at) {
+            self.seen.remove(&key);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     // Table tests spell their row types out.
@@ -819,6 +942,7 @@ mod tests {
             (HookOutcome::BadRequest, 400, "bad_request"),
             (HookOutcome::TooLarge, 413, "too_large"),
             (HookOutcome::Unavailable, 503, "unavailable"),
+            (HookOutcome::Duplicate, 200, "duplicate"),
         ];
         assert_eq!(cases.len(), HookOutcome::ALL.len());
         for (outcome, status, label) in cases {
@@ -1449,5 +1573,66 @@ mod tests {
         let no_host = image(RegistryFormat::Harbor, None, "library/app", Some("1"), None);
         assert!(event_matches_image(&no_host, "harbor.example/library/app"));
         assert!(!event_matches_image(&no_host, "harbor.example/library/app2"));
+    }
+
+    #[test]
+    fn delivery_keys_name_the_id_and_the_body() {
+        let body = b"{\"ref\":\"refs/heads/main\"}";
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(body)));
+        let long = "x".repeat(300);
+        let cases: [(Option<&str>, Vec<String>); 5] = [
+            (
+                Some("72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+                vec!["id:72d3162e-cc78-11e3-81ab-4c9367dc0958".to_owned(), digest.clone()],
+            ),
+            (Some("  abc \t"), vec!["id:abc".to_owned(), digest.clone()]),
+            (Some(""), vec![digest.clone()]),
+            (None, vec![digest.clone()]),
+            (Some(&long), vec![format!("id:{}", "x".repeat(128)), digest.clone()]),
+        ];
+        for (id, expected) in cases {
+            assert_eq!(delivery_keys(id, body), expected, "{id:?}");
+        }
+        assert_ne!(delivery_keys(None, b"other"), delivery_keys(None, body));
+    }
+
+    #[test]
+    fn the_replay_cache_refuses_a_key_within_its_ttl() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let keys = |ks: &[&str]| ks.iter().map(|k| (*k).to_owned()).collect::<Vec<_>>();
+        // (keys, seconds after t0, expected claim result), run in order on one cache
+        // (capacity 3, ttl 60 s).
+        let steps: Vec<(Vec<String>, u64, bool)> = vec![
+            (keys(&["id:a", "body:1"]), 0, true),
+            (keys(&["id:a", "body:1"]), 1, false), // the same delivery again
+            (keys(&["id:b", "body:1"]), 2, false), // a made-up id, the same signed body
+            (keys(&["id:a", "body:2"]), 3, false), // the same id, another body
+            (keys(&["id:c", "body:3"]), 4, true),  // a new delivery: capacity evicts id:a
+            (keys(&["id:a"]), 5, true),            // evicted, so acted on again
+            (keys(&["id:c"]), 65, true),           // expired after the ttl
+            (keys(&["id:c"]), 66, false),
+        ];
+        let mut cache = ReplayCache::new(3, s(60));
+        for (index, (ks, at, expected)) in steps.iter().enumerate() {
+            assert_eq!(cache.claim(ks, t0 + s(*at)), *expected, "step {index}: {ks:?} at {at}s");
+            assert!(cache.len() <= 3, "step {index}: {} keys", cache.len());
+        }
+    }
+
+    #[test]
+    fn a_released_claim_can_be_claimed_again() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let keys = vec!["id:a".to_owned(), "sha256:x".to_owned()];
+        let mut cache = ReplayCache::new(10, Duration::from_secs(60));
+        assert!(cache.claim(&keys, t0));
+        cache.release(&keys);
+        assert!(cache.is_empty());
+        assert!(cache.claim(&keys, t0 + Duration::from_secs(1)), "a retry after a failure");
+        assert!(!cache.claim(&keys, t0 + Duration::from_secs(2)));
+        assert!(cache.claim(&["id:z".to_owned()], t0 + Duration::from_secs(3)));
+        assert!(!cache.claim(&keys, t0 + Duration::from_secs(4)));
     }
 }
