@@ -62,3 +62,4 @@ pub mod repository;
 pub mod rollback;
 pub mod rollout;
 pub mod url;
+pub mod yaml;
