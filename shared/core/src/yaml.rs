@@ -214,8 +214,10 @@ fn options(limits: &Limits) -> serde_saphyr::Options {
     budget.max_documents = limits.max_documents;
     budget.max_aliases = limits.max_nodes;
     budget.max_anchors = limits.max_nodes;
-    // Anchored events kept for replay: the memory anchors cost before any is used.
-    budget.max_recorded_anchor_events = limits.max_nodes / 4;
+    // Anchored events kept for replay (an anchor inside an anchor keeps its replays too): what
+    // anchors cost before they are used. A quarter of the nodes bounds a bomb's memory (see the
+    // module's figures); the floor keeps small limits usable.
+    budget.max_recorded_anchor_events = (limits.max_nodes / 4).max(100_000);
     // The ratio heuristic refuses ordinary files that reuse one anchor many times; the node
     // count bounds what aliases cost instead.
     budget.enforce_alias_anchor_ratio = false;
