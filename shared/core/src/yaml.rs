@@ -137,9 +137,19 @@ pub fn documents(text: &str) -> Result<Vec<Value>, YamlError> {
 
 /// Every non-empty document of a YAML stream, within `limits` (for the stream as a whole).
 pub fn documents_with(text: &str, limits: &Limits) -> Result<Vec<Value>, YamlError> {
+    parse_documents(text, limits)
+}
+
+/// Every non-empty document of a YAML stream as [`Node`]s, which keep the key order (SOPS needs
+/// it: its MAC follows document order), within [`Limits::DEFAULT`].
+pub fn ordered_documents(text: &str) -> Result<Vec<Node>, YamlError> {
+    parse_documents(text, &Limits::DEFAULT)
+}
+
+fn parse_documents<T: Tree>(text: &str, limits: &Limits) -> Result<Vec<T>, YamlError> {
     check_bytes(text, limits)?;
     let meter = Meter::install(limits);
-    let documents: Result<Vec<Metered>, _> =
+    let documents: Result<Vec<Metered<T>>, _> =
         serde_saphyr::from_str_multiple_with_options(text, options(limits));
     match documents {
         Ok(documents) => Ok(documents.into_iter().map(|d| d.0).collect()),
@@ -162,7 +172,7 @@ pub fn document_with(text: &str, limits: &Limits) -> Result<Value, YamlError> {
     let meter = Meter::install(limits);
     let document =
         serde_saphyr::with_deserializer_from_str_with_options(text, options(limits), |de| {
-            <Metered as serde::Deserialize>::deserialize(de)
+            <Metered<Value> as serde::Deserialize>::deserialize(de)
         });
     match document {
         Ok(Metered(value)) => Ok(value),
@@ -187,6 +197,11 @@ pub fn from_str_with<T: serde::de::DeserializeOwned>(
         column: 0,
         problem: strip_quoted(&err.to_string()),
     })
+}
+
+/// `value` as a YAML document (serde-saphyr's serializer): for output, not for untrusted input.
+pub fn to_string<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
+    serde_saphyr::to_string(value)
 }
 
 fn check_bytes(text: &str, limits: &Limits) -> Result<(), YamlError> {
@@ -240,6 +255,8 @@ fn options(limits: &Limits) -> serde_saphyr::Options {
 /// stream with `T::deserialize`, which takes no seed, so [`Metered`] finds them here.
 #[derive(Clone, Copy, Debug, Default)]
 struct Counters {
+    /// Off outside a parse of this module ([`Node`]'s own `Deserialize`, for JSON).
+    active: bool,
     nodes_left: usize,
     depth: usize,
     max_nodes: usize,
@@ -259,6 +276,7 @@ struct Meter {
 impl Meter {
     fn install(limits: &Limits) -> Self {
         let counters = Counters {
+            active: true,
             nodes_left: limits.max_nodes,
             depth: 0,
             max_nodes: limits.max_nodes,
@@ -304,6 +322,9 @@ fn stop<E: serde::de::Error>(exceeded: Exceeded) -> E {
 /// Count one node.
 fn take_node<E: serde::de::Error>() -> Result<(), E> {
     let mut counters = COUNTERS.get();
+    if !counters.active {
+        return Ok(());
+    }
     if counters.nodes_left == 0 {
         return Err(stop(Exceeded::Nodes { limit: counters.max_nodes }));
     }
@@ -315,6 +336,9 @@ fn take_node<E: serde::de::Error>() -> Result<(), E> {
 /// Enter a sequence or mapping.
 fn enter<E: serde::de::Error>() -> Result<(), E> {
     let mut counters = COUNTERS.get();
+    if !counters.active {
+        return Ok(());
+    }
     if counters.depth >= counters.max_depth {
         return Err(stop(Exceeded::Depth { limit: counters.max_depth }));
     }
@@ -377,117 +401,159 @@ fn strip_quoted(text: &str) -> String {
     out
 }
 
-/// One document, built node by node against the running parse's counters.
-struct Metered(Value);
+/// A tree the visitor builds: JSON values, or [`Node`]s that keep the key order.
+trait Tree: Sized {
+    fn null() -> Self;
+    fn bool(v: bool) -> Self;
+    fn number(v: Number) -> Self;
+    fn string(v: String) -> Self;
+    fn sequence(items: Vec<Self>) -> Self;
+    /// An empty mapping, filled by [`Tree::insert`]: a repeated key keeps its last value.
+    fn mapping() -> Self;
+    fn insert(&mut self, key: String, value: Self);
+}
 
-impl<'de> serde::Deserialize<'de> for Metered {
+impl Tree for Value {
+    fn null() -> Self {
+        Value::Null
+    }
+    fn bool(v: bool) -> Self {
+        Value::Bool(v)
+    }
+    fn number(v: Number) -> Self {
+        Value::Number(v)
+    }
+    fn string(v: String) -> Self {
+        Value::String(v)
+    }
+    fn sequence(items: Vec<Self>) -> Self {
+        Value::Array(items)
+    }
+    fn mapping() -> Self {
+        Value::Object(Map::new())
+    }
+    fn insert(&mut self, key: String, value: Self) {
+        if let Value::Object(map) = self {
+            map.insert(key, value);
+        }
+    }
+}
+
+/// One document, built node by node against the running parse's counters.
+struct Metered<T>(T);
+
+impl<'de, T: Tree> serde::Deserialize<'de> for Metered<T> {
     fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
-        NodeSeed.deserialize(de).map(Metered)
+        NodeSeed(std::marker::PhantomData).deserialize(de).map(Metered)
     }
 }
 
 /// One node (a value).
-struct NodeSeed;
+struct NodeSeed<T>(std::marker::PhantomData<T>);
 
-impl<'de> DeserializeSeed<'de> for NodeSeed {
-    type Value = Value;
+impl<'de, T: Tree> DeserializeSeed<'de> for NodeSeed<T> {
+    type Value = T;
 
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Value, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<T, D::Error> {
         take_node()?;
-        de.deserialize_any(NodeVisitor)
+        de.deserialize_any(NodeVisitor(self.0))
     }
 }
 
-struct NodeVisitor;
+struct NodeVisitor<T>(std::marker::PhantomData<T>);
 
-impl<'de> Visitor<'de> for NodeVisitor {
-    type Value = Value;
+impl<'de, T: Tree> Visitor<'de> for NodeVisitor<T> {
+    type Value = T;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a YAML value")
     }
 
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
+    fn visit_bool<E>(self, v: bool) -> Result<T, E> {
+        Ok(T::bool(v))
     }
 
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
+    fn visit_i64<E>(self, v: i64) -> Result<T, E> {
+        Ok(T::number(v.into()))
     }
 
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::Number(v.into()))
+    fn visit_u64<E>(self, v: u64) -> Result<T, E> {
+        Ok(T::number(v.into()))
     }
 
-    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<Value, E> {
+    fn visit_i128<E: serde::de::Error>(self, v: i128) -> Result<T, E> {
         match i64::try_from(v) {
-            Ok(v) => Ok(Value::Number(v.into())),
+            Ok(v) => Ok(T::number(v.into())),
             Err(_) => match u64::try_from(v) {
-                Ok(v) => Ok(Value::Number(v.into())),
-                Err(_) => Ok(Number::from_f64(v as f64).map_or(Value::Null, Value::Number)),
+                Ok(v) => Ok(T::number(v.into())),
+                Err(_) => Ok(float(v as f64)),
             },
         }
     }
 
-    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Value, E> {
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<T, E> {
         match u64::try_from(v) {
-            Ok(v) => Ok(Value::Number(v.into())),
-            Err(_) => Ok(Number::from_f64(v as f64).map_or(Value::Null, Value::Number)),
+            Ok(v) => Ok(T::number(v.into())),
+            Err(_) => Ok(float(v as f64)),
         }
     }
 
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    fn visit_f64<E>(self, v: f64) -> Result<T, E> {
+        Ok(float(v))
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
+    fn visit_str<E>(self, v: &str) -> Result<T, E> {
+        Ok(T::string(v.to_owned()))
     }
 
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
+    fn visit_string<E>(self, v: String) -> Result<T, E> {
+        Ok(T::string(v))
     }
 
-    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Value, E> {
-        Ok(Value::Array(v.iter().map(|b| Value::Number((*b).into())).collect()))
+    fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<T, E> {
+        Ok(T::sequence(v.iter().map(|b| T::number((*b).into())).collect()))
     }
 
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_unit<E>(self) -> Result<T, E> {
+        Ok(T::null())
     }
 
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
+    fn visit_none<E>(self) -> Result<T, E> {
+        Ok(T::null())
     }
 
-    fn visit_some<D: Deserializer<'de>>(self, de: D) -> Result<Value, D::Error> {
+    fn visit_some<D: Deserializer<'de>>(self, de: D) -> Result<T, D::Error> {
         de.deserialize_any(self)
     }
 
-    fn visit_newtype_struct<D: Deserializer<'de>>(self, de: D) -> Result<Value, D::Error> {
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, de: D) -> Result<T, D::Error> {
         de.deserialize_any(self)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<T, A::Error> {
         enter()?;
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
-        while let Some(item) = seq.next_element_seed(NodeSeed)? {
+        while let Some(item) = seq.next_element_seed(NodeSeed(self.0))? {
             items.push(item);
         }
         leave();
-        Ok(Value::Array(items))
+        Ok(T::sequence(items))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
         enter()?;
-        let mut object = Map::new();
+        let mut object = T::mapping();
         while let Some(key) = map.next_key_seed(KeySeed)? {
-            let value = map.next_value_seed(NodeSeed)?;
+            let value = map.next_value_seed(NodeSeed(self.0))?;
             object.insert(key, value);
         }
         leave();
-        Ok(Value::Object(object))
+        Ok(object)
     }
+}
+
+fn float<T: Tree>(v: f64) -> T {
+    Number::from_f64(v).map_or_else(T::null, T::number)
 }
 
 /// A mapping key: a string, or a scalar's spelling as a string.
@@ -553,6 +619,172 @@ impl<'de> Visitor<'de> for KeyVisitor {
 
     fn visit_some<D: Deserializer<'de>>(self, de: D) -> Result<String, D::Error> {
         de.deserialize_any(self)
+    }
+}
+
+/// A YAML (or JSON) value that keeps the order of mapping keys.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Node {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Sequence(Vec<Node>),
+    Mapping(Mapping),
+}
+
+/// The entries of a mapping in document order; keys are unique.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Mapping(Vec<(String, Node)>);
+
+impl Mapping {
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Remove an entry, keeping the others' order.
+    pub fn remove(&mut self, key: &str) -> Option<Node> {
+        let at = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(at).1)
+    }
+
+    /// Set a key: in place when it is there, last otherwise.
+    pub fn insert(&mut self, key: String, value: Node) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((key, value)),
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Node)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&String, &mut Node)> {
+        self.0.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Node {
+    /// The value at `key` of a mapping.
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        self.as_mapping()?.get(key)
+    }
+
+    pub fn as_mapping(&self) -> Option<&Mapping> {
+        match self {
+            Node::Mapping(map) => Some(map),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Node::String(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl From<i64> for Node {
+    fn from(v: i64) -> Self {
+        Node::Number(v.into())
+    }
+}
+
+/// A non-finite float is `Null`, as in JSON.
+impl From<f64> for Node {
+    fn from(v: f64) -> Self {
+        float(v)
+    }
+}
+
+impl From<bool> for Node {
+    fn from(v: bool) -> Self {
+        Node::Bool(v)
+    }
+}
+
+impl From<&str> for Node {
+    fn from(v: &str) -> Self {
+        Node::String(v.to_owned())
+    }
+}
+
+impl From<String> for Node {
+    fn from(v: String) -> Self {
+        Node::String(v)
+    }
+}
+
+impl Tree for Node {
+    fn null() -> Self {
+        Node::Null
+    }
+    fn bool(v: bool) -> Self {
+        Node::Bool(v)
+    }
+    fn number(v: Number) -> Self {
+        Node::Number(v)
+    }
+    fn string(v: String) -> Self {
+        Node::String(v)
+    }
+    fn sequence(items: Vec<Self>) -> Self {
+        Node::Sequence(items)
+    }
+    fn mapping() -> Self {
+        Node::Mapping(Mapping::default())
+    }
+    fn insert(&mut self, key: String, value: Self) {
+        if let Node::Mapping(map) = self {
+            map.insert(key, value);
+        }
+    }
+}
+
+/// Unbudgeted (outside this module's parses): for JSON read with `serde_json`.
+impl<'de> serde::Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        NodeSeed(std::marker::PhantomData).deserialize(de)
+    }
+}
+
+impl serde::Serialize for Node {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self {
+            Node::Null => s.serialize_unit(),
+            Node::Bool(v) => s.serialize_bool(*v),
+            Node::Number(n) => n.serialize(s),
+            Node::String(v) => s.serialize_str(v),
+            Node::Sequence(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Node::Mapping(map) => {
+                let mut out = s.serialize_map(Some(map.len()))?;
+                for (k, v) in map.iter() {
+                    out.serialize_entry(k, v)?;
+                }
+                out.end()
+            }
+        }
     }
 }
 

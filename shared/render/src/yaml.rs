@@ -9,7 +9,10 @@
 //!   it leads outside the repository (a link to a directory inside is followed once; a link cycle
 //!   is refused). Such a refusal is `ValidationFailure`, since the Git content is unsafe.
 //! - Unreadable files and YAML or JSON syntax errors are `RenderFailure`. Messages name the file
-//!   and the line and column, never the file's content.
+//!   and the line and column, never the file's content. YAML is read by
+//!   [`kuvryn_sync_core::yaml`], within its budgets per file (nodes with aliases expanded, depth,
+//!   documents, bytes); over budget is `RenderFailure` naming the file and the limit. Empty
+//!   documents are skipped and not numbered (`path#n` counts the non-empty documents).
 //! - Bounded: at most [`Limits::max_files`] files and [`Limits::max_total_bytes`] bytes, so a
 //!   huge or endless tree fails the render instead of the controller.
 
@@ -49,6 +52,8 @@ pub enum RenderError {
     Unreadable { path: String, reason: String },
     #[error("{path}: invalid {format} at line {line}, column {column}: {problem}")]
     Syntax { path: String, format: &'static str, line: usize, column: usize, problem: String },
+    #[error("{path}: YAML budget exceeded: {exceeded}")]
+    YamlBudget { path: String, exceeded: kuvryn_sync_core::yaml::Exceeded },
     #[error("{path}: a kind: List must hold an items list")]
     BadList { path: String },
     #[error("the source path holds more than {limit} files to render")]
@@ -236,28 +241,24 @@ fn is_list(value: &Value) -> bool {
 }
 
 fn yaml_documents(path: &str, text: &str) -> Result<Vec<Value>, RenderError> {
-    let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(text) {
-        let value = <Value as serde::Deserialize>::deserialize(document).map_err(|err| {
-            let (line, column) = err.location().map_or((0, 0), |l| (l.line(), l.column()));
+    kuvryn_sync_core::yaml::documents(text).map_err(|err| yaml_error(path, &err))
+}
+
+/// A YAML error of the file at `path` as a render error (over budget, or the position).
+pub(crate) fn yaml_error(path: &str, err: &kuvryn_sync_core::yaml::YamlError) -> RenderError {
+    match err.exceeded() {
+        Some(exceeded) => RenderError::YamlBudget { path: path.to_owned(), exceeded },
+        None => {
+            let (line, column) = err.position();
             RenderError::Syntax {
                 path: path.to_owned(),
                 format: "YAML",
                 line,
                 column,
-                problem: yaml_problem(&err),
+                problem: err.problem(),
             }
-        })?;
-        documents.push(value);
+        }
     }
-    Ok(documents)
-}
-
-/// The kind of a YAML error without the quoted input serde_yaml may include.
-fn yaml_problem(err: &serde_yaml::Error) -> String {
-    let text = err.to_string();
-    let problem = text.split(" at line ").next().unwrap_or(&text);
-    strip_quoted(problem)
 }
 
 fn json_problem(err: &serde_json::Error) -> String {
@@ -267,24 +268,6 @@ fn json_problem(err: &serde_json::Error) -> String {
         Category::Eof => "unexpected end of file".to_owned(),
         Category::Data | Category::Io => "invalid data".to_owned(),
     }
-}
-
-/// Drop anything between backquotes or double quotes: parser messages may quote the input.
-fn strip_quoted(text: &str) -> String {
-    let mut out = String::new();
-    let mut quote: Option<char> = None;
-    for c in text.chars() {
-        match (quote, c) {
-            (None, '`' | '"') => {
-                quote = Some(c);
-                out.push('…');
-            }
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, c) => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -280,3 +280,20 @@ fn vm_hwm_kib() -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
+
+#[test]
+fn ordered_documents_keep_the_key_order_and_the_budget() {
+    let docs = ordered_documents("z: 1\na: [x, {m: 2, b: 3}]\n---\nk: v\n").expect("ordered");
+    let keys: Vec<&String> =
+        docs[0].as_mapping().expect("mapping").iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["z", "a"]);
+    let json = serde_json::to_string(&docs[0]).expect("json");
+    assert_eq!(json, r#"{"z":1,"a":["x",{"m":2,"b":3}]}"#);
+    let back: Node = serde_json::from_str(&json).expect("unbudgeted JSON read");
+    assert_eq!(back, docs[0]);
+    assert_eq!(docs[1].get("k").and_then(Node::as_str), Some("v"));
+    assert!(matches!(
+        ordered_documents(&bomb(9, 10, 15 << 10)),
+        Err(YamlError::Budget(Exceeded::Nodes { .. }))
+    ));
+}
