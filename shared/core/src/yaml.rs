@@ -199,9 +199,12 @@ pub fn from_str_with<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// `value` as a YAML document (serde-saphyr's serializer): for output, not for untrusted input.
+/// `value` as a YAML document (serde-saphyr's serializer), for output: multi-line strings as
+/// literal blocks, long lines never folded.
 pub fn to_string<T: serde::Serialize>(value: &T) -> Result<String, serde_saphyr::SerializeError> {
-    serde_saphyr::to_string(value)
+    let mut options = serde_saphyr::SerializerOptions::default();
+    options.folded_wrap_chars = usize::MAX;
+    serde_saphyr::to_string_with_options(value, options)
 }
 
 fn check_bytes(text: &str, limits: &Limits) -> Result<(), YamlError> {
