@@ -14,7 +14,9 @@
 //!   documents, bytes); over budget is `RenderFailure` naming the file and the limit. Empty
 //!   documents are skipped and not numbered (`path#n` counts the non-empty documents).
 //! - Bounded: at most [`Limits::max_files`] files and [`Limits::max_total_bytes`] bytes, so a
-//!   huge or endless tree fails the render instead of the controller.
+//!   huge or endless tree fails the render instead of the controller. Every render type's
+//!   objects are checked as JSON before they go further ([`check_rendered_size`]): each at most
+//!   [`MAX_OBJECT_BYTES`] (the API server's request limit), all at most [`MAX_RENDERED_BYTES`].
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -56,6 +58,16 @@ pub enum RenderError {
     YamlBudget { path: String, exceeded: kuvryn_sync_core::yaml::Exceeded },
     #[error("{path}: a kind: List must hold an items list")]
     BadList { path: String },
+    #[error(
+        "{origin}: the object takes more than {limit} bytes as JSON, more than the API server \
+         accepts; make it smaller (check for YAML aliases that repeat large parts)"
+    )]
+    ObjectTooLarge { origin: String, limit: u64 },
+    #[error(
+        "the rendered manifests take more than {limit} bytes as JSON; render fewer objects or \
+         split the Application"
+    )]
+    RenderedTooLarge { limit: u64 },
     #[error("the source path holds more than {limit} files to render")]
     TooManyFiles { limit: usize },
     #[error("the source path holds more than {limit} bytes to render")]
@@ -74,6 +86,51 @@ impl RenderError {
     }
 }
 
+/// The most bytes one rendered object may take as JSON: the Kubernetes API server refuses larger
+/// request bodies (3 MiB), so such an object (an alias-expanded manifest, say) is never sent.
+pub const MAX_OBJECT_BYTES: u64 = 3 * 1024 * 1024;
+
+/// The most bytes a rendered manifest set may take as JSON, whatever the render type: what is
+/// kept in memory and sent to the API server for one Application.
+pub const MAX_RENDERED_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Check the sizes of `objects` as JSON, adding them to `total`: each at most
+/// [`MAX_OBJECT_BYTES`], all at most [`MAX_RENDERED_BYTES`].
+pub fn check_rendered_size(objects: &[Rendered], total: &mut u64) -> Result<(), RenderError> {
+    for rendered in objects {
+        let bytes = json_size(&rendered.object);
+        if bytes > MAX_OBJECT_BYTES {
+            return Err(RenderError::ObjectTooLarge {
+                origin: rendered.origin.clone(),
+                limit: MAX_OBJECT_BYTES,
+            });
+        }
+        *total += bytes;
+        if *total > MAX_RENDERED_BYTES {
+            return Err(RenderError::RenderedTooLarge { limit: MAX_RENDERED_BYTES });
+        }
+    }
+    Ok(())
+}
+
+/// The length of `value` as compact JSON, counted without building the text.
+fn json_size(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a JSON value to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Render the YAML and JSON files under `source_path` of the checked-out repository at `root`.
 pub fn render(
     root: &Path,
@@ -82,6 +139,7 @@ pub fn render(
 ) -> Result<Vec<Rendered>, RenderError> {
     let files = manifest_files(root, source_path, limits)?;
     let mut total = 0u64;
+    let mut rendered_bytes = 0u64;
     let mut objects = Vec::new();
     for (display, real) in files {
         let text = fs::read_to_string(&real).map_err(|err| RenderError::Unreadable {
@@ -92,7 +150,10 @@ pub fn render(
         if total > limits.max_total_bytes {
             return Err(RenderError::TooLarge { limit: limits.max_total_bytes });
         }
-        objects.extend(parse_file(&display, &text)?);
+        let parsed = parse_file(&display, &text)?;
+        // Checked file by file, so aliases in many files cannot pile up before the end.
+        check_rendered_size(&parsed, &mut rendered_bytes)?;
+        objects.extend(parsed);
     }
     Ok(objects)
 }
