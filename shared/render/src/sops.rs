@@ -502,7 +502,7 @@ fn metadata_from_map(path: &str, sops: &Value) -> Result<Metadata, SopsError> {
     }
     let other_kinds = OTHER_KEY_KINDS
         .iter()
-        .filter(|(key, _)| matches!(map.get(*key), Some(Value::Sequence(s)) if !s.is_empty()))
+        .filter(|(key, _)| matches!(map.get(key), Some(Value::Sequence(s)) if !s.is_empty()))
         .map(|(_, name)| (*name).to_owned())
         .collect();
     Ok(Metadata {

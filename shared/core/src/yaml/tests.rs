@@ -187,8 +187,7 @@ fn a_large_crd_bundle_parses_within_the_default_budget() {
                 "          field{p}:\n            description: {}\n            type: object\n            \
                  properties:\n              inner:\n                type: string\n                \
                  description: an inner field of the object, long enough to be realistic\n",
-                "A description of this field that goes on for a while, as CRD descriptions do. "
-                    .repeat(1)
+                "A description of this field that goes on for a while, as CRD descriptions do."
             ));
         }
     }
