@@ -329,7 +329,7 @@ fn write_sample_repository(git: &Path, bare: &Path, work: &Path) -> Result<()> {
                     "spec": {"containers": [{"name": name, "image": format!("registry.example/{name}:1.0"),
                         "env": extra_env}]}}}})
     };
-    let yaml = |value: Value| serde_yaml::to_string(&value).expect("yaml");
+    let yaml = |value: Value| kuvryn_sync_core::yaml::to_string(&value).expect("yaml");
     let files: Vec<(&str, String)> = vec![
         ("guestbook/deployment.yaml", yaml(deployment("guestbook", json!([])))),
         ("guestbook/service.yaml", yaml(json!({"apiVersion": "v1", "kind": "Service",

@@ -33,7 +33,7 @@ pub struct OutputArgs {
 pub fn structured<T: Serialize>(format: Format, value: &T) -> Result<String> {
     let text = match format {
         Format::Json => serde_json::to_string_pretty(value)? + "\n",
-        Format::Yaml => serde_yaml::to_string(value)?,
+        Format::Yaml => kuvryn_sync_core::yaml::to_string(value)?,
     };
     Ok(redact_shapes(&text))
 }

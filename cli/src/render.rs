@@ -128,7 +128,9 @@ pub fn run(args: &RenderArgs, namespace: Option<&str>) -> Result<Outcome> {
             let mut out = String::new();
             for object in state.objects {
                 out.push_str("---\n");
-                out.push_str(&serde_yaml::to_string(&mask_secret_values(object.object))?);
+                out.push_str(&kuvryn_sync_core::yaml::to_string(&mask_secret_values(
+                    object.object,
+                ))?);
             }
             output::print(&out)?;
             Ok(Outcome::Done)

@@ -44,5 +44,5 @@ fn ksync_crds_prints_all_six_kinds_in_the_kuvryn_category() {
 }
 
 fn parse_yaml(doc: &str) -> serde_json::Value {
-    serde_yaml::from_str(doc).expect("CRD YAML parses")
+    kuvryn_sync_core::yaml::document(doc).expect("CRD YAML parses")
 }

@@ -2,8 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
-
 use crate::HelmError;
 
 /// One rendered Kubernetes object and the template it came from.
@@ -42,16 +40,16 @@ pub fn is_manifest_template(template: &str) -> bool {
 pub fn split_yaml_documents(
     template: &str,
     text: &str,
-) -> Result<Vec<serde_yaml::Value>, HelmError> {
+) -> Result<Vec<serde_json::Value>, HelmError> {
+    let values = kuvryn_sync_core::yaml::documents(text).map_err(|e| HelmError::Manifest {
+        template: template.to_owned(),
+        message: e.to_string(),
+    })?;
     let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(text) {
-        let value = serde_yaml::Value::deserialize(document).map_err(|e| HelmError::Manifest {
-            template: template.to_owned(),
-            message: e.to_string(),
-        })?;
+    for value in values {
         match value {
-            serde_yaml::Value::Null => {}
-            serde_yaml::Value::Mapping(_) => documents.push(value),
+            serde_json::Value::Null => {}
+            serde_json::Value::Object(_) => documents.push(value),
             _ => {
                 return Err(HelmError::Manifest {
                     template: template.to_owned(),
@@ -73,11 +71,7 @@ pub fn split_manifests(
         if !is_manifest_template(template) {
             continue;
         }
-        for value in split_yaml_documents(template, text)? {
-            let object = serde_json::to_value(&value).map_err(|e| HelmError::Manifest {
-                template: template.clone(),
-                message: e.to_string(),
-            })?;
+        for object in split_yaml_documents(template, text)? {
             out.push(RenderedDocument { template: template.clone(), object });
         }
     }
@@ -104,8 +98,8 @@ mod tests {
         let text = "---\n# only a comment\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n\n---\nkind: Secret\nmetadata: {name: b}\n";
         let docs = split_yaml_documents("c/templates/x.yaml", text).expect("split");
         assert_eq!(docs.len(), 2);
-        assert_eq!(docs[0]["kind"], serde_yaml::Value::from("ConfigMap"));
-        assert_eq!(docs[1]["metadata"]["name"], serde_yaml::Value::from("b"));
+        assert_eq!(docs[0]["kind"], "ConfigMap");
+        assert_eq!(docs[1]["metadata"]["name"], "b");
     }
 
     #[test]

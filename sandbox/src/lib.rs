@@ -4,6 +4,12 @@
 //! kube-apiserver that kubectl and kube-rs cannot tell the difference for what Kuvryn Sync uses.
 
 mod admission;
+
+/// A YAML request body as JSON, read like every other untrusted YAML (kuvryn_sync_core::yaml).
+pub(crate) fn decode_yaml<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let text = std::str::from_utf8(body).map_err(|_| "the body is not UTF-8".to_owned())?;
+    kuvryn_sync_core::yaml::from_str(text).map_err(|e| e.to_string())
+}
 mod authz;
 mod builtin;
 mod builtin_admission;

@@ -1038,7 +1038,7 @@ impl Store {
         let json_first = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         let applied: Value = match json_first.then(|| serde_json::from_slice(body).ok()).flatten() {
             Some(v) => v,
-            None => serde_yaml::from_slice(body)
+            None => crate::decode_yaml(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
         };
         if !applied.is_object() {

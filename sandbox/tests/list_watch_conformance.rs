@@ -36,7 +36,7 @@ struct Reply {
 
 impl Raw {
     fn new(sb: &Sandbox) -> Raw {
-        let kc: Value = serde_yaml::from_str(
+        let kc: Value = kuvryn_sync_core::yaml::from_str(
             &std::fs::read_to_string(sb.kubeconfig_path()).expect("read kubeconfig"),
         )
         .expect("kubeconfig yaml");

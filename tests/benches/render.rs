@@ -200,14 +200,7 @@ fn direct_kustomize(root: &Path) -> Result<Vec<Value>> {
         bail!("kubectl kustomize: {}", String::from_utf8_lossy(&output.stderr));
     }
     let text = String::from_utf8(output.stdout)?;
-    let mut values = Vec::new();
-    for document in text.split("\n---\n") {
-        let value: Value = serde_yaml::from_str(document)?;
-        if !value.is_null() {
-            values.push(value);
-        }
-    }
-    Ok(values)
+    Ok(kuvryn_sync_core::yaml::documents(&text)?)
 }
 
 fn ours_helm(
@@ -257,7 +250,8 @@ fn ours_helm(
 }
 
 fn direct_helm(root: &Path, renderer: &kuvryn_sync_helm::HelmRenderer) -> Result<Vec<Value>> {
-    let values: Value = serde_yaml::from_str(&std::fs::read_to_string(root.join(VALUES_FILE))?)?;
+    let values: Value =
+        kuvryn_sync_core::yaml::document(&std::fs::read_to_string(root.join(VALUES_FILE))?)?;
     let request = kuvryn_sync_helm::RenderRequest::new(root.join(CHART), RELEASE, NAMESPACE)
         .with_values(values);
     let rendered = renderer.render(&request)?;

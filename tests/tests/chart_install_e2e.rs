@@ -48,7 +48,7 @@ async fn apply(cluster: &TestCluster, dir: &Path, name: &str, objects: &[&Value]
     let mut yaml = String::new();
     for object in objects {
         yaml.push_str("---\n");
-        yaml.push_str(&serde_yaml::to_string(object)?);
+        yaml.push_str(&kuvryn_sync_core::yaml::to_string(object)?);
     }
     std::fs::write(&file, yaml)?;
     let (ok, out) =
@@ -110,7 +110,7 @@ async fn create_application(
     name: &str,
 ) -> Result<(bool, String)> {
     let file = dir.join(format!("{name}.yaml"));
-    std::fs::write(&file, serde_yaml::to_string(&application(name))?)?;
+    std::fs::write(&file, kuvryn_sync_core::yaml::to_string(&application(name))?)?;
     kubectl(cluster, &["create", "-n", namespace], Some(&file)).await
 }
 

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::serde::Deserialize;
 use kuvryn_sync_api::{Application, Repository, SyncState, keys};
 use kuvryn_sync_tests::application::{Env, config_map, env};
 use kuvryn_sync_tests::cli::Ksync;
@@ -31,14 +30,7 @@ fn assert_no_canary(what: &str, text: &str) {
 
 /// The objects of `ksync render` output (a YAML stream).
 fn yaml_objects(text: &str) -> Result<Vec<Value>> {
-    let mut objects = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(text) {
-        let value = Value::deserialize(document)?;
-        if !value.is_null() {
-            objects.push(value);
-        }
-    }
-    Ok(objects)
+    Ok(kuvryn_sync_core::yaml::documents(text)?)
 }
 
 /// Write `files` into a fresh folder, as a local checkout of the same commit.

@@ -38,8 +38,7 @@ pub(super) async fn write(req: &Request<'_>, t: &Target) -> ApiResult<Response> 
                 json_patch::patch(&mut doc, &jp)
                     .map_err(|e| ApiError::bad_request(e.to_string()))?;
             } else {
-                let p: Value = serde_yaml::from_slice(body)
-                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+                let p: Value = crate::decode_yaml(body).map_err(ApiError::bad_request)?;
                 json_patch::merge(&mut doc, &p);
             }
             let mut obj = events_to_core(&doc);

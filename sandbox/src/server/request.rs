@@ -142,7 +142,7 @@ pub(super) fn decode_body(headers: &HeaderMap, body: &[u8]) -> ApiResult<Value> 
         "application/json" | "" => serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding JSON: {e}"))),
         "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body),
-        "application/yaml" => serde_yaml::from_slice(body)
+        "application/yaml" => crate::decode_yaml(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}"))),
         other => Err(ApiError::unsupported_media_type(other)),
     }

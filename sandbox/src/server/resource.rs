@@ -282,7 +282,7 @@ async fn patch(req: &Request<'_>, t: &Target, name: &str) -> ApiResult<Response>
     validate_patch_options(req, is_apply)?;
     let mut warnings = vec![];
     if is_apply && ri.custom {
-        let applied: Value = serde_yaml::from_slice(&req.body)
+        let applied: Value = crate::decode_yaml(&req.body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         warnings = field_validation(ri, &applied, req.q)?;
     } else if !is_apply && !ri.custom {

@@ -79,7 +79,7 @@ fn apply(req: &Request, t: &Target, name: &str) -> ApiResult<Response> {
         }
         return Err(e);
     }
-    let scale: Value = serde_yaml::from_slice(&req.body)
+    let scale: Value = crate::decode_yaml(&req.body)
         .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
     let mut applied =
         json!({"apiVersion": ri.api_version(), "kind": ri.kind, "metadata": {"name": name}});

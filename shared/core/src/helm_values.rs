@@ -22,7 +22,8 @@
 //!   `sync.kuvryn.io/registry-credentials: "true"` holding `username` and `password`.
 //!
 //! Hand-written because these are Kuvryn Sync's own rules over Helm's documented semantics; YAML
-//! parsing is `serde_yaml`. Errors never quote a document's content (only positions and names).
+//! parsing is [`crate::yaml`] (budgeted; non-string scalar keys become strings, as in Helm).
+//! Errors never quote a document's content (only positions and names).
 
 use std::collections::BTreeMap;
 
@@ -159,6 +160,14 @@ pub enum HelmValuesError {
         column: usize,
         /// What is wrong, without quoted input.
         problem: String,
+    },
+    /// A document over a YAML budget (nodes with aliases expanded, depth, bytes).
+    #[error("{source_name}: YAML budget exceeded: {exceeded}")]
+    Budget {
+        /// The file, or `ConfigMap name key k`.
+        source_name: String,
+        /// Which budget, with its limit.
+        exceeded: crate::yaml::Exceeded,
     },
     /// The top level of a values document is not a map.
     #[error(
@@ -355,13 +364,18 @@ fn parse_values_document(
     let value: Value = if text.trim().is_empty() {
         Value::Null
     } else {
-        serde_yaml::from_str(text).map_err(|err| {
-            let (line, column) = err.location().map_or((0, 0), |l| (l.line(), l.column()));
-            HelmValuesError::Syntax {
-                source_name: source_name.to_owned(),
-                line,
-                column,
-                problem: yaml_problem(&err),
+        crate::yaml::document(text).map_err(|err| match err.exceeded() {
+            Some(exceeded) => {
+                HelmValuesError::Budget { source_name: source_name.to_owned(), exceeded }
+            }
+            None => {
+                let (line, column) = err.position();
+                HelmValuesError::Syntax {
+                    source_name: source_name.to_owned(),
+                    line,
+                    column,
+                    problem: err.problem(),
+                }
             }
         })?
     };
@@ -373,26 +387,6 @@ fn parse_values_document(
             found: json_kind(&other),
         }),
     }
-}
-
-/// serde_yaml's message without the position suffix and without anything quoted from the input.
-fn yaml_problem(err: &serde_yaml::Error) -> String {
-    let text = err.to_string();
-    let problem = text.split(" at line ").next().unwrap_or(&text);
-    let mut out = String::new();
-    let mut quote: Option<char> = None;
-    for c in problem.chars() {
-        match (quote, c) {
-            (None, '`' | '"' | '\'') => {
-                quote = Some(c);
-                out.push('…');
-            }
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, c) => out.push(c),
-        }
-    }
-    out
 }
 
 fn collect_leaves(value: &Value, out: &mut Vec<String>) {

@@ -68,3 +68,4 @@ pub mod repository;
 pub mod rollback;
 pub mod rollout;
 pub mod url;
+pub mod yaml;

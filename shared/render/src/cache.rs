@@ -222,7 +222,8 @@ pub fn kustomize_dirs(tree: &impl SourceTree, root: &str) -> Option<BTreeSet<Str
         let text = KUSTOMIZATION_FILE_NAMES
             .iter()
             .find_map(|name| tree.file(&join(&dir, name)?, MAX_KUSTOMIZATION_BYTES))?;
-        let kustomization: Value = serde_yaml::from_slice(&text).ok()?;
+        let kustomization: Value =
+            kuvryn_sync_core::yaml::document(std::str::from_utf8(&text).ok()?).ok()?;
         for entry in reference_entries(&kustomization) {
             if is_remote_entry(&entry) {
                 return None;

@@ -622,10 +622,11 @@ impl<'a, 'f> Scan<'a, 'f> {
         field: &str,
         text: &str,
     ) -> Result<(), KustomizeError> {
-        for document in serde_yaml::Deserializer::from_str(text) {
-            let Ok(value) = <Value as serde::Deserialize>::deserialize(document) else {
-                return Ok(()); // not YAML: the engine reports it
-            };
+        // A configuration we cannot read is refused rather than left to the engine: were the
+        // two parsers to disagree, the engine would act on entries this check never saw.
+        let documents = kuvryn_sync_core::yaml::documents(text)
+            .map_err(|err| KustomizeError::Render(crate::yaml::yaml_error(file_display, &err)))?;
+        for value in documents {
             let found = references::plugin_references(&value, field);
             if let Some(refused) = found.refused.first() {
                 return Err(KustomizeError::FieldRefused {
@@ -664,9 +665,12 @@ fn read_bounded(file: &Path, display: &str) -> Result<String, KustomizeError> {
 
 fn read_kustomization(file: &Path, display: &str) -> Result<Value, KustomizeError> {
     let text = read_bounded(file, display)?;
-    serde_yaml::from_str::<Value>(&text).map_err(|err| {
-        let (line, column) = err.location().map_or((0, 0), |l| (l.line(), l.column()));
-        KustomizeError::KustomizationSyntax { file: display.to_owned(), line, column }
+    kuvryn_sync_core::yaml::document(&text).map_err(|err| match err.exceeded() {
+        Some(_) => KustomizeError::Render(crate::yaml::yaml_error(display, &err)),
+        None => {
+            let (line, column) = err.position();
+            KustomizeError::KustomizationSyntax { file: display.to_owned(), line, column }
+        }
     })
 }
 
@@ -861,12 +865,19 @@ fn parse_output(
     output: &[u8],
 ) -> Result<Vec<Rendered>, KustomizeError> {
     let text = String::from_utf8_lossy(output);
-    let mut objects = Vec::new();
-    for (n, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = <Value as serde::Deserialize>::deserialize(document).map_err(|err| {
-            let (line, column) = err.location().map_or((0, 0), |l| (l.line(), l.column()));
-            KustomizeError::BadOutput { engine, line, column }
+    let documents =
+        kuvryn_sync_core::yaml::documents(&text).map_err(|err| match err.exceeded() {
+            Some(_) => KustomizeError::Render(crate::yaml::yaml_error(
+                &format!("the output of {engine} for {source_display}"),
+                &err,
+            )),
+            None => {
+                let (line, column) = err.position();
+                KustomizeError::BadOutput { engine, line, column }
+            }
         })?;
+    let mut objects = Vec::new();
+    for (n, value) in documents.into_iter().enumerate() {
         let origin = format!("{source_display}#{n}");
         match value {
             Value::Null => {}
@@ -1010,11 +1021,12 @@ mod tests {
         let output = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n---\n---\napiVersion: v1\nkind: List\nitems:\n- kind: Secret\n";
         let objects = parse_output("kustomize build", "apps/web", output).expect("parse");
         let origins: Vec<&str> = objects.iter().map(|o| o.origin.as_str()).collect();
-        assert_eq!(origins, ["apps/web#0", "apps/web#2.items[0]"]);
+        // The empty document is skipped and not numbered.
+        assert_eq!(origins, ["apps/web#0", "apps/web#1.items[0]"]);
         assert_eq!(objects[1].object["kind"], "Secret");
         assert!(matches!(
             parse_output("kustomize build", "x", b"a: [\n"),
-            Err(KustomizeError::BadOutput { line: 2, .. })
+            Err(KustomizeError::BadOutput { line: 1..=2, .. })
         ));
     }
 

@@ -178,7 +178,7 @@ mod tests {
     use super::*;
 
     fn yaml(text: &str) -> Value {
-        serde_yaml::from_str(text).expect("yaml")
+        kuvryn_sync_core::yaml::document(text).expect("yaml")
     }
 
     /// One case per field of the table: the document, the field shown, the entry found.

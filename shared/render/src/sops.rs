@@ -42,8 +42,8 @@ use aes_gcm::aes::Aes256;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use kuvryn_sync_api::FailureReason;
+use kuvryn_sync_core::yaml::Node as Value;
 use regex::Regex;
-use serde_yaml::Value;
 use sha2::{Digest, Sha256, Sha512};
 
 /// The suffix of the decryption Secret's entries that hold age private keys.
@@ -82,6 +82,10 @@ pub enum SopsError {
     )]
     /// A value does not authenticate or the MAC differs: the file was tampered with.
     MacMismatch { path: String, detail: String },
+    #[error("{path}: YAML budget exceeded: {exceeded}")]
+    /// The file is over a YAML budget (nodes with aliases expanded, depth, documents, bytes);
+    /// read before the MAC check, so bounded like any untrusted YAML.
+    YamlBudget { path: String, exceeded: kuvryn_sync_core::yaml::Exceeded },
     #[error("{path}: not a valid SOPS document: {problem}")]
     /// The document or its metadata is not SOPS' format.
     Malformed { path: String, problem: String },
@@ -498,7 +502,7 @@ fn metadata_from_map(path: &str, sops: &Value) -> Result<Metadata, SopsError> {
     }
     let other_kinds = OTHER_KEY_KINDS
         .iter()
-        .filter(|(key, _)| matches!(map.get(*key), Some(Value::Sequence(s)) if !s.is_empty()))
+        .filter(|(key, _)| matches!(map.get(key), Some(Value::Sequence(s)) if !s.is_empty()))
         .map(|(_, name)| (*name).to_owned())
         .collect();
     Ok(Metadata {
@@ -763,7 +767,7 @@ fn float_value(value: f64) -> Value {
         // Exact: the value is integral and well inside the range where f64 holds every integer.
         Value::Number((value as i64).into())
     } else {
-        Value::Number(value.into())
+        serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number)
     }
 }
 
@@ -901,7 +905,7 @@ impl<'a> LeafWalk<'a> {
         match value {
             Value::Mapping(map) => {
                 for (key, child) in map.iter_mut() {
-                    path.push(self.key_text(key, path)?);
+                    path.push(key.clone());
                     if !self.walk(child, path)? {
                         *child = Value::Null;
                     }
@@ -917,7 +921,6 @@ impl<'a> LeafWalk<'a> {
                 }
                 *items = kept;
             }
-            Value::Tagged(tagged) => return self.walk(&mut tagged.value, path),
             Value::Null => {}
             scalar => match self.leaf(scalar, path)? {
                 Some(plain) => *scalar = plain,
@@ -925,13 +928,6 @@ impl<'a> LeafWalk<'a> {
             },
         }
         Ok(true)
-    }
-
-    fn key_text(&self, key: &Value, path: &[String]) -> Result<String, SopsError> {
-        scalar_text(key).ok_or_else(|| SopsError::Malformed {
-            path: self.path.to_owned(),
-            problem: format!("a key under {:?} is not a string", Self::aad(path)),
-        })
     }
 
     /// Check the MAC over everything walked.
@@ -955,18 +951,21 @@ fn not_text(path: &str) -> SopsError {
     SopsError::Malformed { path: path.to_owned(), problem: "the file is not UTF-8 text".to_owned() }
 }
 
-fn parse_yaml_documents(text: &str) -> Result<Vec<Value>, serde_yaml::Error> {
-    serde_yaml::Deserializer::from_str(text).map(Value::deserialize_from).collect()
+fn parse_yaml_documents(text: &str) -> Result<Vec<Value>, kuvryn_sync_core::yaml::YamlError> {
+    kuvryn_sync_core::yaml::ordered_documents(text)
 }
 
-/// `Value::deserialize` under a name that reads well in an iterator chain.
-trait DeserializeFrom {
-    fn deserialize_from(de: serde_yaml::Deserializer<'_>) -> Result<Value, serde_yaml::Error>;
-}
-
-impl DeserializeFrom for Value {
-    fn deserialize_from(de: serde_yaml::Deserializer<'_>) -> Result<Value, serde_yaml::Error> {
-        serde::Deserialize::deserialize(de)
+/// A YAML error before the MAC check: over budget names the limit, otherwise the position.
+fn yaml_error(path: &str, err: &kuvryn_sync_core::yaml::YamlError) -> SopsError {
+    match err.exceeded() {
+        Some(exceeded) => SopsError::YamlBudget { path: path.to_owned(), exceeded },
+        None => {
+            let (line, column) = err.position();
+            SopsError::Malformed {
+                path: path.to_owned(),
+                problem: format!("invalid YAML at line {line} column {column}"),
+            }
+        }
     }
 }
 
@@ -982,7 +981,7 @@ fn syntax(path: &str, format: &str, err: &impl fmt::Display) -> SopsError {
 
 fn decrypt_yaml(path: &str, bytes: &[u8], keys: &AgeKeys) -> Result<Plaintext, SopsError> {
     let text = std::str::from_utf8(bytes).map_err(|_| not_text(path))?;
-    let mut documents = parse_yaml_documents(text).map_err(|e| syntax(path, "YAML", &e))?;
+    let mut documents = parse_yaml_documents(text).map_err(|e| yaml_error(path, &e))?;
     let first = documents.iter().find_map(|d| d.get("sops")).ok_or_else(|| {
         SopsError::Malformed { path: path.to_owned(), problem: "no `sops` metadata".to_owned() }
     })?;
@@ -1001,7 +1000,12 @@ fn decrypt_yaml(path: &str, bytes: &[u8], keys: &AgeKeys) -> Result<Plaintext, S
         if index > 0 {
             out.push_str("---\n");
         }
-        out.push_str(&serde_yaml::to_string(document).map_err(|e| syntax(path, "YAML", &e))?);
+        out.push_str(&kuvryn_sync_core::yaml::to_string(document).map_err(|_| {
+            SopsError::Malformed {
+                path: path.to_owned(),
+                problem: "the plaintext cannot be written as YAML".to_owned(),
+            }
+        })?);
     }
     Ok(Plaintext { bytes: out.into_bytes(), secrets })
 }

@@ -154,6 +154,8 @@ fn inside_relative(path: &str) -> Option<std::path::PathBuf> {
 /// Decrypt Secret data that is a SOPS document (with keys), or refuse any SOPS document left
 /// in the output (without).
 pub fn finish(out: &mut SourceRender, keys: Option<&AgeKeys>) -> Result<(), RenderFailure> {
+    yaml::check_rendered_size(&out.objects, &mut 0)
+        .map_err(|e| RenderFailure::new(e.reason(), e.to_string()))?;
     for rendered in &mut out.objects {
         match keys {
             Some(keys) => {

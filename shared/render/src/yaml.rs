@@ -9,9 +9,14 @@
 //!   it leads outside the repository (a link to a directory inside is followed once; a link cycle
 //!   is refused). Such a refusal is `ValidationFailure`, since the Git content is unsafe.
 //! - Unreadable files and YAML or JSON syntax errors are `RenderFailure`. Messages name the file
-//!   and the line and column, never the file's content.
+//!   and the line and column, never the file's content. YAML is read by
+//!   [`kuvryn_sync_core::yaml`], within its budgets per file (nodes with aliases expanded, depth,
+//!   documents, bytes); over budget is `RenderFailure` naming the file and the limit. Empty
+//!   documents are skipped and not numbered (`path#n` counts the non-empty documents).
 //! - Bounded: at most [`Limits::max_files`] files and [`Limits::max_total_bytes`] bytes, so a
-//!   huge or endless tree fails the render instead of the controller.
+//!   huge or endless tree fails the render instead of the controller. Every render type's
+//!   objects are checked as JSON before they go further ([`check_rendered_size`]): each at most
+//!   [`MAX_OBJECT_BYTES`] (the API server's request limit), all at most [`MAX_RENDERED_BYTES`].
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -49,8 +54,20 @@ pub enum RenderError {
     Unreadable { path: String, reason: String },
     #[error("{path}: invalid {format} at line {line}, column {column}: {problem}")]
     Syntax { path: String, format: &'static str, line: usize, column: usize, problem: String },
+    #[error("{path}: YAML budget exceeded: {exceeded}")]
+    YamlBudget { path: String, exceeded: kuvryn_sync_core::yaml::Exceeded },
     #[error("{path}: a kind: List must hold an items list")]
     BadList { path: String },
+    #[error(
+        "{origin}: the object takes more than {limit} bytes as JSON, more than the API server \
+         accepts; make it smaller (check for YAML aliases that repeat large parts)"
+    )]
+    ObjectTooLarge { origin: String, limit: u64 },
+    #[error(
+        "the rendered manifests take more than {limit} bytes as JSON; render fewer objects or \
+         split the Application"
+    )]
+    RenderedTooLarge { limit: u64 },
     #[error("the source path holds more than {limit} files to render")]
     TooManyFiles { limit: usize },
     #[error("the source path holds more than {limit} bytes to render")]
@@ -69,6 +86,51 @@ impl RenderError {
     }
 }
 
+/// The most bytes one rendered object may take as JSON: the Kubernetes API server refuses larger
+/// request bodies (3 MiB), so such an object (an alias-expanded manifest, say) is never sent.
+pub const MAX_OBJECT_BYTES: u64 = 3 * 1024 * 1024;
+
+/// The most bytes a rendered manifest set may take as JSON, whatever the render type: what is
+/// kept in memory and sent to the API server for one Application.
+pub const MAX_RENDERED_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Check the sizes of `objects` as JSON, adding them to `total`: each at most
+/// [`MAX_OBJECT_BYTES`], all at most [`MAX_RENDERED_BYTES`].
+pub fn check_rendered_size(objects: &[Rendered], total: &mut u64) -> Result<(), RenderError> {
+    for rendered in objects {
+        let bytes = json_size(&rendered.object);
+        if bytes > MAX_OBJECT_BYTES {
+            return Err(RenderError::ObjectTooLarge {
+                origin: rendered.origin.clone(),
+                limit: MAX_OBJECT_BYTES,
+            });
+        }
+        *total += bytes;
+        if *total > MAX_RENDERED_BYTES {
+            return Err(RenderError::RenderedTooLarge { limit: MAX_RENDERED_BYTES });
+        }
+    }
+    Ok(())
+}
+
+/// The length of `value` as compact JSON, counted without building the text.
+fn json_size(value: &Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a JSON value to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Render the YAML and JSON files under `source_path` of the checked-out repository at `root`.
 pub fn render(
     root: &Path,
@@ -77,6 +139,7 @@ pub fn render(
 ) -> Result<Vec<Rendered>, RenderError> {
     let files = manifest_files(root, source_path, limits)?;
     let mut total = 0u64;
+    let mut rendered_bytes = 0u64;
     let mut objects = Vec::new();
     for (display, real) in files {
         let text = fs::read_to_string(&real).map_err(|err| RenderError::Unreadable {
@@ -87,7 +150,10 @@ pub fn render(
         if total > limits.max_total_bytes {
             return Err(RenderError::TooLarge { limit: limits.max_total_bytes });
         }
-        objects.extend(parse_file(&display, &text)?);
+        let parsed = parse_file(&display, &text)?;
+        // Checked file by file, so aliases in many files cannot pile up before the end.
+        check_rendered_size(&parsed, &mut rendered_bytes)?;
+        objects.extend(parsed);
     }
     Ok(objects)
 }
@@ -236,28 +302,24 @@ fn is_list(value: &Value) -> bool {
 }
 
 fn yaml_documents(path: &str, text: &str) -> Result<Vec<Value>, RenderError> {
-    let mut documents = Vec::new();
-    for document in serde_yaml::Deserializer::from_str(text) {
-        let value = <Value as serde::Deserialize>::deserialize(document).map_err(|err| {
-            let (line, column) = err.location().map_or((0, 0), |l| (l.line(), l.column()));
+    kuvryn_sync_core::yaml::documents(text).map_err(|err| yaml_error(path, &err))
+}
+
+/// A YAML error of the file at `path` as a render error (over budget, or the position).
+pub(crate) fn yaml_error(path: &str, err: &kuvryn_sync_core::yaml::YamlError) -> RenderError {
+    match err.exceeded() {
+        Some(exceeded) => RenderError::YamlBudget { path: path.to_owned(), exceeded },
+        None => {
+            let (line, column) = err.position();
             RenderError::Syntax {
                 path: path.to_owned(),
                 format: "YAML",
                 line,
                 column,
-                problem: yaml_problem(&err),
+                problem: err.problem(),
             }
-        })?;
-        documents.push(value);
+        }
     }
-    Ok(documents)
-}
-
-/// The kind of a YAML error without the quoted input serde_yaml may include.
-fn yaml_problem(err: &serde_yaml::Error) -> String {
-    let text = err.to_string();
-    let problem = text.split(" at line ").next().unwrap_or(&text);
-    strip_quoted(problem)
 }
 
 fn json_problem(err: &serde_json::Error) -> String {
@@ -267,24 +329,6 @@ fn json_problem(err: &serde_json::Error) -> String {
         Category::Eof => "unexpected end of file".to_owned(),
         Category::Data | Category::Io => "invalid data".to_owned(),
     }
-}
-
-/// Drop anything between backquotes or double quotes: parser messages may quote the input.
-fn strip_quoted(text: &str) -> String {
-    let mut out = String::new();
-    let mut quote: Option<char> = None;
-    for c in text.chars() {
-        match (quote, c) {
-            (None, '`' | '"') => {
-                quote = Some(c);
-                out.push('…');
-            }
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, c) => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

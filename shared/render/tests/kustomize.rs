@@ -56,10 +56,7 @@ fn run_directly(program: &KustomizeProgram, dir: &Path) -> Vec<Value> {
     let output = Command::new(program.path()).arg(subcommand).arg(dir).output().expect("run");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8(output.stdout).expect("utf-8");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| <Value as serde::Deserialize>::deserialize(doc).expect("yaml"))
-        .filter(|value| !value.is_null())
-        .collect()
+    kuvryn_sync_core::yaml::documents(&text).expect("yaml")
 }
 
 /// A repository with a base and a production overlay using every feature under test.

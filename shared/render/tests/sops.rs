@@ -115,11 +115,9 @@ fn sops_decrypt(dir: &Path, name: &str, key: &KeyPair) -> Vec<u8> {
     out.stdout
 }
 
-fn yaml_documents(bytes: &[u8]) -> Vec<serde_yaml::Value> {
+fn yaml_documents(bytes: &[u8]) -> Vec<serde_json::Value> {
     let text = std::str::from_utf8(bytes).expect("UTF-8");
-    serde_yaml::Deserializer::from_str(text)
-        .map(|d| serde::Deserialize::deserialize(d).expect("YAML parses"))
-        .collect()
+    kuvryn_sync_core::yaml::documents(text).expect("YAML parses")
 }
 
 const MANIFEST: &str = "# A Secret, with comments that sops encrypts too.
@@ -164,8 +162,8 @@ fn yaml_decrypts_to_what_sops_gives_with_types_comments_and_documents() {
     let got = yaml_documents(&plain.bytes);
     assert_eq!(got, yaml_documents(&want));
     assert_eq!(got.len(), 2, "both documents are kept");
-    assert_eq!(got[0]["stringData"]["port"], serde_yaml::Value::from(5432), "ints stay ints");
-    assert_eq!(got[0]["stringData"]["enabled"], serde_yaml::Value::Bool(true));
+    assert_eq!(got[0]["stringData"]["port"], serde_json::json!(5432), "ints stay ints");
+    assert_eq!(got[0]["stringData"]["enabled"], serde_json::Value::Bool(true));
     assert!(got[0].get("sops").is_none() && got[1].get("sops").is_none());
     assert!(plain.secrets.iter().any(|s| s == CANARY), "the decrypted value is reported");
     // Key order survives: kind before metadata before stringData, as written.
@@ -285,7 +283,7 @@ fn a_file_for_several_recipients_opens_with_either_key() {
     for key in [&first, &second] {
         let plain =
             decrypt(&encrypted, SopsFormat::Yaml, &key.keys()).expect("either key opens it");
-        assert_eq!(yaml_documents(&plain)[0]["token"], serde_yaml::Value::from(CANARY));
+        assert_eq!(yaml_documents(&plain)[0]["token"], serde_json::Value::from(CANARY));
     }
 }
 
@@ -415,7 +413,7 @@ fn decrypt_tree_decrypts_only_the_sops_files_and_never_follows_links() {
         b"ENV_SECRET=env-secret-value\n"
     );
     let secret_doc = yaml_documents(&std::fs::read(root.join("app/secret.yaml")).expect("read"));
-    assert_eq!(secret_doc[0]["stringData"]["k"], serde_yaml::Value::from(CANARY));
+    assert_eq!(secret_doc[0]["stringData"]["k"], serde_json::Value::from(CANARY));
     assert_eq!(std::fs::read(&outside).expect("read"), secret, "the link's target is untouched");
 
     // The same tree under another key fails on the first SOPS file, naming it.

@@ -624,8 +624,14 @@ struct IndexVersion {
 
 /// The entry of exactly `version` of `name`.
 fn find_index_entry(body: &[u8], name: &str, version: &str) -> Result<IndexEntry, IndexProblem> {
-    let index: IndexFile = serde_yaml::from_slice(body).map_err(|_| {
-        IndexProblem::Invalid("index.yaml is not a valid Helm repository index".into())
+    let invalid =
+        || IndexProblem::Invalid("index.yaml is not a valid Helm repository index".into());
+    let text = std::str::from_utf8(body).map_err(|_| invalid())?;
+    let index: IndexFile = kuvryn_sync_core::yaml::from_str(text).map_err(|err| match err {
+        kuvryn_sync_core::yaml::YamlError::Budget(_) => {
+            IndexProblem::Invalid(format!("index.yaml: {err}"))
+        }
+        _ => invalid(),
     })?;
     let entry = index
         .entries

@@ -55,7 +55,7 @@ fn load() -> Fixture {
     let path = fixture(CASES);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|err| panic!("{} must be readable: {err}", path.display()));
-    serde_yaml::from_str(&text)
+    kuvryn_sync_core::yaml::from_str(&text)
         .unwrap_or_else(|err| panic!("{} must parse as the kstatus cases: {err}", path.display()))
 }
 

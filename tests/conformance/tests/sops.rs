@@ -37,14 +37,14 @@ struct Entry {
 #[derive(Debug, Deserialize)]
 struct Leaf {
     path: String,
-    value: serde_yaml::Value,
+    value: serde_json::Value,
 }
 
 fn load() -> Vec<Entry> {
     let path = fixture(EXPECTED);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{} must be readable: {e}", path.display()));
-    serde_yaml::from_str(&text)
+    kuvryn_sync_core::yaml::from_str(&text)
         .unwrap_or_else(|e| panic!("{} must parse as the SOPS cases: {e}", path.display()))
 }
 
@@ -78,18 +78,19 @@ fn value_at(plain: &[u8], format: SopsFormat, path: &str) -> Option<String> {
             (parts == [key]).then(|| value.to_owned())
         }),
         SopsFormat::Yaml | SopsFormat::Json => {
-            let document: serde_yaml::Value = serde_yaml::from_slice(plain).ok()?;
+            let document =
+                kuvryn_sync_core::yaml::document(std::str::from_utf8(plain).ok()?).ok()?;
             let leaf = parts.iter().try_fold(&document, |node, part| node.get(*part))?;
             scalar(leaf)
         }
     }
 }
 
-fn scalar(value: &serde_yaml::Value) -> Option<String> {
+fn scalar(value: &serde_json::Value) -> Option<String> {
     match value {
-        serde_yaml::Value::String(s) => Some(s.clone()),
-        serde_yaml::Value::Number(n) => Some(n.to_string()),
-        serde_yaml::Value::Bool(b) => Some(b.to_string()),
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
         _ => None,
     }
 }
@@ -175,7 +176,8 @@ fn the_secret_holding_a_base64_sops_document_decrypts_in_place() {
         })
         .expect("an identity file for the recipient the note names");
     let text = std::fs::read_to_string(sops_fixture(&entry.file)).expect("fixture readable");
-    let mut secret: serde_json::Value = serde_yaml::from_str(&text).expect("the Secret parses");
+    let mut secret: serde_json::Value =
+        kuvryn_sync_core::yaml::document(&text).expect("the Secret parses");
     let changed = decrypt_secret_data(&mut secret, &keys_from(identity)).expect("decrypts");
     assert!(changed, "the Secret's data.key must be recognised as SOPS");
     let encoded = secret["data"]["key"].as_str().expect("data.key stays a string");

@@ -73,6 +73,14 @@ pub enum DiscoveryError {
         /// Parser message (with line and column).
         message: String,
     },
+    /// Over a YAML budget (nodes with aliases expanded, depth, documents, bytes).
+    #[error("{path}: YAML budget exceeded: {exceeded}")]
+    YamlBudget {
+        /// Configured path.
+        path: String,
+        /// Which budget, with its limit.
+        exceeded: crate::yaml::Exceeded,
+    },
     /// Keys that are not allowed at some place.
     #[error("{path}: unknown {} {} at {at}; allowed: {allowed}", key_or_keys(keys), keys.join(", "))]
     UnknownKeys {

@@ -3,8 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value as Json;
-use serde_yaml::Value as Yaml;
+use serde_json::{Map, Value as Json};
 
 use kuvryn_sync_api::{API_VERSION, ApplicationSpec};
 
@@ -64,7 +63,7 @@ pub fn parse_config_file(path: &str, text: &str) -> Result<Vec<DiscoveredEntry>,
     let Some(top) = read_top_level(path, text)? else {
         return Ok(Vec::new());
     };
-    let keys = string_keys(path, "the top level", &top)?;
+    let keys = string_keys(&top);
     if keys.is_empty() {
         return Ok(Vec::new());
     }
@@ -73,7 +72,7 @@ pub fn parse_config_file(path: &str, text: &str) -> Result<Vec<DiscoveredEntry>,
         return parse_application_list(path, top.get("applications"));
     }
     if keys.contains(&"apiVersion") || keys.contains(&"kind") {
-        let entry = parse_entry(path, 0, "the top level", &Yaml::Mapping(top), true)?;
+        let entry = parse_entry(path, 0, "the top level", &Json::Object(top), true)?;
         return Ok(vec![entry]);
     }
     reject_unknown(path, "the top level", &keys, &[], TOP_LEVEL_ALLOWED)?;
@@ -81,20 +80,23 @@ pub fn parse_config_file(path: &str, text: &str) -> Result<Vec<DiscoveredEntry>,
 }
 
 /// The file's one YAML document as a mapping, or `None` when it is empty.
-fn read_top_level(path: &str, text: &str) -> Result<Option<serde_yaml::Mapping>, DiscoveryError> {
+fn read_top_level(path: &str, text: &str) -> Result<Option<Map<String, Json>>, DiscoveryError> {
     if text.len() > MAX_CONFIG_FILE_BYTES {
         return Err(DiscoveryError::FileTooLarge {
             path: path.to_owned(),
             limit: MAX_CONFIG_FILE_BYTES,
         });
     }
-    let doc: Yaml = serde_yaml::from_str(text).map_err(|e| DiscoveryError::InvalidYaml {
-        path: path.to_owned(),
-        message: clip(&e.to_string(), MAX_DETAIL),
+    let doc = crate::yaml::document(text).map_err(|e| match e.exceeded() {
+        Some(exceeded) => DiscoveryError::YamlBudget { path: path.to_owned(), exceeded },
+        None => DiscoveryError::InvalidYaml {
+            path: path.to_owned(),
+            message: clip(&e.to_string(), MAX_DETAIL),
+        },
     })?;
     match doc {
-        Yaml::Null => Ok(None),
-        Yaml::Mapping(map) => Ok(Some(map)),
+        Json::Null => Ok(None),
+        Json::Object(map) => Ok(Some(map)),
         _ => Err(wrong_shape(
             path,
             "the top level".into(),
@@ -106,11 +108,11 @@ fn read_top_level(path: &str, text: &str) -> Result<Option<serde_yaml::Mapping>,
 /// The entries of the `applications:` list (none when it is empty or null).
 fn parse_application_list(
     path: &str,
-    applications: Option<&Yaml>,
+    applications: Option<&Json>,
 ) -> Result<Vec<DiscoveredEntry>, DiscoveryError> {
     let items = match applications {
-        None | Some(Yaml::Null) => return Ok(Vec::new()),
-        Some(Yaml::Sequence(items)) => items,
+        None | Some(Json::Null) => return Ok(Vec::new()),
+        Some(Json::Array(items)) => items,
         Some(_) => return Err(wrong_shape(path, "applications".into(), "a list")),
     };
     items
@@ -126,16 +128,9 @@ fn wrong_shape(path: &str, at: String, expected: &'static str) -> DiscoveryError
     DiscoveryError::WrongShape { path: path.to_owned(), at, expected }
 }
 
-fn string_keys<'a>(
-    path: &str,
-    at: &str,
-    map: &'a serde_yaml::Mapping,
-) -> Result<Vec<&'a str>, DiscoveryError> {
-    map.keys()
-        .map(|k| {
-            k.as_str().ok_or_else(|| wrong_shape(path, at.to_owned(), "a mapping with string keys"))
-        })
-        .collect()
+/// The keys of a mapping (always strings: the YAML reader spells scalar keys as strings).
+fn string_keys(map: &Map<String, Json>) -> Vec<&str> {
+    map.keys().map(String::as_str).collect()
 }
 
 fn reject_unknown(
@@ -164,13 +159,13 @@ fn parse_entry(
     path: &str,
     index: usize,
     at: &str,
-    item: &Yaml,
+    item: &Json,
     single: bool,
 ) -> Result<DiscoveredEntry, DiscoveryError> {
-    let Yaml::Mapping(map) = item else {
+    let Json::Object(map) = item else {
         return Err(wrong_shape(path, at.to_owned(), "a mapping with metadata and spec"));
     };
-    let keys = string_keys(path, at, map)?;
+    let keys = string_keys(map);
     let allowed_text = if single { TOP_LEVEL_ALLOWED } else { ENTRY_ALLOWED };
     reject_unknown(path, at, &keys, &["apiVersion", "kind", "metadata", "spec"], allowed_text)?;
     check_kind(path, at, map, single)?;
@@ -196,13 +191,13 @@ fn parse_entry(
 fn check_kind(
     path: &str,
     at: &str,
-    map: &serde_yaml::Mapping,
+    map: &Map<String, Json>,
     single: bool,
 ) -> Result<(), DiscoveryError> {
     let api_version = map.get("apiVersion");
     let kind = map.get("kind");
-    let is_application = api_version.and_then(Yaml::as_str) == Some(API_VERSION)
-        && kind.and_then(Yaml::as_str) == Some(APPLICATION_KIND);
+    let is_application = api_version.and_then(Json::as_str) == Some(API_VERSION)
+        && kind.and_then(Json::as_str) == Some(APPLICATION_KIND);
     if (single || api_version.is_some() || kind.is_some()) && !is_application {
         return Err(DiscoveryError::WrongKind { path: path.to_owned(), at: at.to_owned() });
     }
@@ -219,13 +214,13 @@ struct Metadata {
 }
 
 /// An entry's `metadata` (at `at`): only name, namespace, labels and annotations.
-fn parse_metadata(path: &str, at: &str, value: Option<&Yaml>) -> Result<Metadata, DiscoveryError> {
+fn parse_metadata(path: &str, at: &str, value: Option<&Json>) -> Result<Metadata, DiscoveryError> {
     let meta = match value {
-        None | Some(Yaml::Null) => return Ok(Metadata::default()),
-        Some(Yaml::Mapping(meta)) => meta,
+        None | Some(Json::Null) => return Ok(Metadata::default()),
+        Some(Json::Object(meta)) => meta,
         Some(_) => return Err(wrong_shape(path, at.to_owned(), "a mapping")),
     };
-    let keys = string_keys(path, at, meta)?;
+    let keys = string_keys(meta);
     reject_unknown(
         path,
         at,
@@ -245,12 +240,12 @@ fn parse_metadata(path: &str, at: &str, value: Option<&Yaml>) -> Result<Metadata
 fn metadata_string(
     path: &str,
     at: &str,
-    meta: &serde_yaml::Mapping,
+    meta: &Map<String, Json>,
     key: &str,
 ) -> Result<Option<String>, DiscoveryError> {
     match meta.get(key) {
-        None | Some(Yaml::Null) => Ok(None),
-        Some(Yaml::String(s)) => Ok((!s.is_empty()).then(|| s.clone())),
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(s)) => Ok((!s.is_empty()).then(|| s.clone())),
         Some(_) => Err(wrong_shape(path, format!("{at}.{key}"), "a string")),
     }
 }
@@ -259,12 +254,12 @@ fn metadata_string(
 fn metadata_map(
     path: &str,
     at: &str,
-    meta: &serde_yaml::Mapping,
+    meta: &Map<String, Json>,
     key: &str,
 ) -> Result<BTreeMap<String, String>, DiscoveryError> {
     match meta.get(key) {
-        None | Some(Yaml::Null) => Ok(BTreeMap::new()),
-        Some(value) => serde_yaml::from_value(value.clone()).map_err(|_| {
+        None | Some(Json::Null) => Ok(BTreeMap::new()),
+        Some(value) => serde_json::from_value(value.clone()).map_err(|_| {
             wrong_shape(path, format!("{at}.{key}"), "a mapping of strings to strings")
         }),
     }
@@ -276,7 +271,7 @@ fn parse_spec(
     path: &str,
     app: &str,
     spec_at: String,
-    value: Option<&Yaml>,
+    value: Option<&Json>,
 ) -> Result<(ApplicationSpec, Option<String>), DiscoveryError> {
     let invalid = |e: serde_json::Error| DiscoveryError::InvalidSpec {
         path: path.to_owned(),
@@ -284,8 +279,8 @@ fn parse_spec(
         message: clip(&e.to_string(), MAX_DETAIL),
     };
     let spec_value = match value {
-        None | Some(Yaml::Null) => Json::Object(Default::default()),
-        Some(value) => serde_json::to_value(value).map_err(invalid)?,
+        None | Some(Json::Null) => Json::Object(Default::default()),
+        Some(value) => value.clone(),
     };
     let Json::Object(mut spec_map) = spec_value else {
         return Err(wrong_shape(path, spec_at, "a mapping"));
@@ -372,5 +367,17 @@ mod tests {
         }
         let big = "#".repeat(MAX_CONFIG_FILE_BYTES + 1);
         assert!(matches!(parse_config_file(ROOT, &big), Err(DiscoveryError::FileTooLarge { .. })));
+        // Billion laughs: nine levels of ten aliases each.
+        let mut bomb = String::from("x0: &x0 [lol]\n");
+        for level in 1..10 {
+            let refs = vec![format!("*x{}", level - 1); 10].join(", ");
+            bomb.push_str(&format!("x{level}: &x{level} [{refs}]\n"));
+        }
+        let err = parse_config_file(ROOT, &bomb).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            err,
+            ".ksync.yaml: YAML budget exceeded: more than 1000000 nodes (aliases included); split \
+             the file or expand fewer aliases"
+        );
     }
 }

@@ -72,8 +72,8 @@ fn leaves_hash_like_sops() {
         (Value::Bool(true), Some("True")),
         (Value::Bool(false), Some("False")),
         (Value::Number(42.into()), Some("42")),
-        (Value::Number(2.5.into()), Some("2.5")),
-        (Value::Number(1000.0.into()), Some("1000")),
+        (Value::from(2.5), Some("2.5")),
+        (Value::from(1000.0), Some("1000")),
         (Value::Null, None),
     ];
     for (value, want) in cases {

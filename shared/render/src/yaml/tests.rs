@@ -151,3 +151,67 @@ fn a_single_file_path_renders_that_file() {
     let objects = render(dir.path(), "app/one.yaml", Limits::default()).expect("render");
     assert_eq!(origins(&objects), vec!["app/one.yaml#0"]);
 }
+
+/// Billion laughs as a ConfigMap: nine levels of ten aliases each under `data`.
+fn alias_bomb() -> String {
+    let mut text =
+        String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bomb\ndata:\n");
+    text.push_str("  l0: &l0 [lol]\n");
+    for level in 1..10 {
+        let refs = vec![format!("*l{}", level - 1); 10].join(", ");
+        text.push_str(&format!("  l{level}: &l{level} [{refs}]\n"));
+    }
+    text
+}
+
+#[test]
+fn yaml_over_budget_is_a_render_failure_naming_the_file_and_the_limit() {
+    let dir = repo();
+    write(dir.path(), "app/a.yaml", &cm("fine"));
+    write(dir.path(), "app/bomb.yaml", &alias_bomb());
+    let err = render(dir.path(), "app", Limits::default()).expect_err("bomb");
+    assert_eq!(
+        err.to_string(),
+        "app/bomb.yaml: YAML budget exceeded: more than 1000000 nodes (aliases included); split \
+         the file or expand fewer aliases"
+    );
+    assert_eq!(err.reason(), FailureReason::RenderFailure);
+}
+
+#[test]
+fn an_alias_expanded_object_too_large_for_the_api_server_is_not_rendered() {
+    // Few nodes (a 4 KiB string repeated 1,000 times), but 4 MB as JSON.
+    let dir = repo();
+    let big = "x".repeat(4096);
+    let refs = vec!["*big"; 1_000].join(", ");
+    write(
+        dir.path(),
+        "app/big.yaml",
+        &format!("{}data:\n  seed: &big {big}\nrepeated: [{refs}]\n", cm("big")),
+    );
+    let err = render(dir.path(), "app", Limits::default()).expect_err("too large");
+    assert_eq!(
+        err,
+        RenderError::ObjectTooLarge { origin: "app/big.yaml#0".into(), limit: MAX_OBJECT_BYTES }
+    );
+    assert_eq!(err.reason(), FailureReason::RenderFailure);
+    assert!(err.to_string().contains("more than 3145728 bytes as JSON"), "{err}");
+}
+
+#[test]
+fn the_rendered_set_is_bounded_as_a_whole() {
+    // 40 objects of 2 MiB each: every one fits, the set (80 MiB) does not.
+    let one = |n: usize| Rendered {
+        origin: format!("x#{n}"),
+        object: serde_json::json!({"data": {"k": "y".repeat(2 << 20)}}),
+    };
+    let objects: Vec<Rendered> = (0..40).map(one).collect();
+    let mut total = 0;
+    assert_eq!(
+        check_rendered_size(&objects, &mut total),
+        Err(RenderError::RenderedTooLarge { limit: MAX_RENDERED_BYTES })
+    );
+    let mut total = 0;
+    assert_eq!(check_rendered_size(&objects[..3], &mut total), Ok(()));
+    assert!(total > 6 << 20, "{total}");
+}
