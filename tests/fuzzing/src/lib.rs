@@ -50,6 +50,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("image_markers", image_markers),
     ("cel_rule", cel_rule),
     ("kustomize_refs", kustomize_refs),
+    ("untrusted_yaml", untrusted_yaml),
 ];
 
 /// `data` split at NUL bytes into exactly `n` parts (missing ones empty, the last takes the rest).
@@ -249,7 +250,7 @@ pub fn cel_rule(data: &[u8]) {
 /// Property: every entry the scanner finds that names an http(s) URL is classified remote, so the
 /// render refuses it.
 pub fn kustomize_refs(data: &[u8]) {
-    if let Ok(document) = serde_json::from_slice::<Value>(data) {
+    for document in kuvryn_sync_core::yaml::documents(&text(data)).unwrap_or_default() {
         let mut found = kustomization_references(&document);
         let plugins = plugin_references(&document, "generators");
         found.references.extend(plugins.references);
@@ -268,4 +269,44 @@ pub fn kustomize_refs(data: &[u8]) {
         let _ = check_source_path(line);
     }
     let _ = Redactor::new().with_secret(&text).redact(&text);
+}
+
+/// Budgets small enough for the fuzzer to reach every limit quickly.
+const FUZZ_YAML_LIMITS: kuvryn_sync_core::yaml::Limits = kuvryn_sync_core::yaml::Limits {
+    max_bytes: 64 * 1024,
+    max_nodes: 10_000,
+    max_depth: 32,
+    max_documents: 100,
+};
+
+/// Any YAML stream through the one budgeted parser, as values and in document order.
+///
+/// Property: what it returns never holds more nodes (scalars, sequences, mappings and keys, after
+/// alias expansion) or nesting than the budget allows, whatever the aliases expand to.
+pub fn untrusted_yaml(data: &[u8]) {
+    let text = text(data);
+    if let Ok(documents) = kuvryn_sync_core::yaml::documents_with(&text, &FUZZ_YAML_LIMITS) {
+        assert!(documents.len() <= FUZZ_YAML_LIMITS.max_documents, "too many documents");
+        let nodes: usize = documents.iter().map(node_count).sum();
+        assert!(nodes <= FUZZ_YAML_LIMITS.max_nodes, "{nodes} nodes built");
+        let depth = documents.iter().map(depth).max().unwrap_or(0);
+        assert!(depth <= FUZZ_YAML_LIMITS.max_depth + 1, "nesting {depth}");
+    }
+    let _ = kuvryn_sync_core::yaml::ordered_documents(&text);
+}
+
+fn node_count(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(node_count).sum::<usize>(),
+        Value::Object(map) => 1 + map.values().map(|v| 1 + node_count(v)).sum::<usize>(),
+        _ => 1,
+    }
+}
+
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
