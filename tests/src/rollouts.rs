@@ -258,8 +258,10 @@ pub fn wrong_prunes(apps: usize, deletions: &[Deletion], round_ends: &[u64]) -> 
         };
         let round = round_ends.iter().position(|end| d.resource_version <= *end).map(|i| i + 1);
         let Some(round) = round else {
-            problems.push(format!("{} {} deleted after the last round, at {}", d.kind, d.name,
-                d.resource_version));
+            problems.push(format!(
+                "{} {} deleted after the last round, at {}",
+                d.kind, d.name, d.resource_version
+            ));
             continue;
         };
         let declared = desired(app, round).iter().any(|o| o.kind == d.kind && o.name == d.name);
@@ -333,9 +335,8 @@ pub async fn revision_problems(
         at.sort();
         at.dedup();
         if of_app.len() != at.len() {
-            problems.push(format!(
-                "{name} has two desired-state hashes for one commit: {listing:#?}"
-            ));
+            problems
+                .push(format!("{name} has two desired-state hashes for one commit: {listing:#?}"));
         }
         if at != expected {
             problems.push(format!(

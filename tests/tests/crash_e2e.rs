@@ -14,8 +14,8 @@ use kuvryn_sync_api::{HealthState, RevisionPhase, SyncState};
 use kuvryn_sync_tests::application::{DEADLINE, Env, env_with_workloads, ready};
 use kuvryn_sync_tests::cluster::{ControllerProcess, wait_for};
 use kuvryn_sync_tests::rollouts::{
-    DeletionWatch, app_name, current_version, inventory_problems, push_commit,
-    revision_problems, rollout_kinds, wrong_prunes,
+    DeletionWatch, app_name, current_version, inventory_problems, push_commit, revision_problems,
+    rollout_kinds, wrong_prunes,
 };
 use serde_json::json;
 

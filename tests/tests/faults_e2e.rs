@@ -2,7 +2,7 @@
 //! against an in-process ksync-sandbox that injects, for every request of the controller's own
 //! identity over the whole run, server errors (500, 503), 429 TooManyRequests with
 //! Retry-After, added latency, connection resets, watch streams cut (cleanly or by a reset)
-//! and `410 Gone` on resumed watches; a real Git server (git daemon). The test's own client is
+//! and `410 Gone` on resumed watches (rates in [`faults`]); a real Git server (git daemon). The test's own client is
 //! spared, so what it observes is the truth. Every Application converges to its last commit;
 //! one Revision per (commit, desired state); nothing pruned that the desired state of the time
 //! declared; the live objects and the inventory exactly the last desired state; the controller
@@ -11,14 +11,14 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
+use ksync_sandbox::Fault;
 use kuvryn_sync_api::{HealthState, RevisionPhase, SyncState};
 use kuvryn_sync_tests::application::{DEADLINE, env_with_workloads, ready};
 use kuvryn_sync_tests::cluster::wait_for;
 use kuvryn_sync_tests::rollouts::{
-    DeletionWatch, app_name, current_version, inventory_problems, push_commit,
-    revision_problems, rollout_kinds, wrong_prunes,
+    DeletionWatch, app_name, current_version, inventory_problems, push_commit, revision_problems,
+    rollout_kinds, wrong_prunes,
 };
-use ksync_sandbox::Fault;
 use serde_json::json;
 
 /// Applications, and commits each of them rolls out.
@@ -27,28 +27,46 @@ const COMMITS: usize = 5;
 /// The controller's identity at the sandbox: only its requests get faults.
 const CONTROLLER_USER: &str = "kuvryn-sync-controller-faults";
 
-/// The fault model of the run, per verb, for the controller's requests.
+/// The fault model of the run, per verb, for the controller's requests: 15 ms more on every
+/// request; reads (get, list) fail with 500 or 503 and have their connections reset; writes get
+/// 429 TooManyRequests (Retry-After: 1) or 503, which the Kubernetes client retries; watches
+/// are refused with 503 (2 %), cut after 10 to 30 s (half of the cuts reset the connection)
+/// and get 410 Gone on 10 % of resumptions.
+///
+/// Watch faults are rarer than request faults: kube-runtime's watcher backs off exponentially
+/// (up to 30 s) on every watch error and only forgets after two quiet minutes, so a watch that
+/// fails every few seconds delays every change by half a minute.
+///
+/// Writes get no 500 and no reset: the apply engine does not retry a failed request, so one
+/// such failure fails the attempt, and with the API's default `failurePolicy.maxAttempts` of 1
+/// the Revision stops with RetryBlocked until the next commit.
 fn faults() -> Vec<(&'static str, Fault)> {
     let base = Fault {
         latency: Duration::from_millis(15),
-        reset_rate: 0.03,
         only_user: Some(CONTROLLER_USER.to_owned()),
         ..Fault::default()
     };
-    let with = |rate: f64, code: u16| Fault { error_rate: rate, error_code: code, ..base.clone() };
+    let read = |rate: f64, code: u16| Fault {
+        error_rate: rate,
+        error_code: code,
+        reset_rate: 0.03,
+        ..base.clone()
+    };
+    let write = |rate: f64, code: u16| Fault { error_rate: rate, error_code: code, ..base.clone() };
     vec![
-        ("get", with(0.08, 503)),
-        ("list", with(0.08, 500)),
-        ("create", with(0.08, 429)),
-        ("update", with(0.08, 500)),
-        ("patch", with(0.10, 429)),
-        ("delete", with(0.10, 500)),
+        ("get", read(0.08, 503)),
+        ("list", read(0.08, 500)),
+        ("create", write(0.08, 429)),
+        ("update", write(0.08, 503)),
+        ("patch", write(0.10, 429)),
+        ("delete", write(0.10, 503)),
+        ("deletecollection", write(0.10, 503)),
         (
             "watch",
             Fault {
-                watch_cut_after: Duration::from_secs(3),
-                watch_gone_rate: 0.2,
-                ..with(0.05, 503)
+                watch_cut_after: Duration::from_secs(20),
+                watch_gone_rate: 0.1,
+                ..write(0.02, 503)
             },
         ),
     ]

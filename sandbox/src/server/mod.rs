@@ -144,7 +144,8 @@ async fn route(
     let user = authenticate(app, headers)?;
     let requester = user.username.clone();
     let user = crate::authz::impersonate(&app.store, user, headers)?;
-    let req = request::Request { app, method, q, headers, body, user: &user, requester: &requester };
+    let req =
+        request::Request { app, method, q, headers, body, user: &user, requester: &requester };
     match segs.as_slice() {
         ["version"] => Ok(json_response(200, &discovery::version())),
         ["api"] => Ok(json_response(

@@ -93,7 +93,8 @@ pub(super) fn watch(
                 Ok((evs, rx, rv)) if faults.gone => {
                     // Injected: as if the history had been compacted past `n`.
                     drop(evs);
-                    let e = ApiError::gone(format!("too old resource version: {n} ({})", rv.max(n)));
+                    let e =
+                        ApiError::gone(format!("too old resource version: {n} ({})", rv.max(n)));
                     (vec![], vec![], rx, 0, Some(e))
                 }
                 Ok((evs, rx, rv)) => (vec![], evs, rx, rv.max(n), None),
