@@ -1,8 +1,8 @@
 //! The controller killed with SIGKILL at random points while Applications roll out, and
 //! restarted, end to end: the real controller binary against the API (an in-process
 //! ksync-sandbox whose workloads run, or a real cluster through KSYNC_E2E_KUBECONFIG) and a real
-//! Git server (git daemon). Four Applications follow five commits each (20 rollouts; set
-//! `KSYNC_CRASH_APPS` and `KSYNC_CRASH_COMMITS` for more, such as 10 x 10 = 100); every commit
+//! Git server (git daemon). Ten Applications follow ten commits each (100 rollouts, about 45 s
+//! in a debug build; `KSYNC_CRASH_APPS` and `KSYNC_CRASH_COMMITS` change the counts); every commit
 //! adds, changes and removes objects of three kinds, so the inventory grows and shrinks and
 //! prune runs. The kill delays come from a seeded generator: the seed is printed, and
 //! `KSYNC_CRASH_SEED=<seed>` replays a run.
@@ -20,8 +20,8 @@ use kuvryn_sync_tests::rollouts::{
 use serde_json::json;
 
 /// Applications, and commits each of them rolls out, by default.
-const APPS: usize = 4;
-const COMMITS: usize = 5;
+const APPS: usize = 10;
+const COMMITS: usize = 10;
 /// Set to change them.
 const APPS_ENV: &str = "KSYNC_CRASH_APPS";
 const COMMITS_ENV: &str = "KSYNC_CRASH_COMMITS";
@@ -89,7 +89,7 @@ fn start_controller(env: &mut Env) -> Result<()> {
     Ok(())
 }
 
-/// Twenty rollouts (by default) with the controller SIGKILLed and restarted one to three times
+/// A hundred rollouts (by default) with the controller SIGKILLed and restarted one to three times
 /// during each commit, at seeded random delays. Once the last commit is out under a controller
 /// left running, every Application is Synced at it and Ready=True/Healthy, and: one Revision per
 /// (commit, desired-state hash) and Application, named as `revision_name` says; no object
