@@ -1,7 +1,7 @@
 //! The controller killed with SIGKILL at random points while Applications roll out, and
 //! restarted, end to end: the real controller binary against the API (an in-process
 //! ksync-sandbox whose workloads run, or a real cluster through KSYNC_E2E_KUBECONFIG) and a real
-//! Git server (git daemon). Ten Applications follow ten commits each (100 rollouts, about 45 s
+//! Git server (git daemon). Ten Applications follow ten commits each (100 rollouts, 45 to 70 s
 //! in a debug build; `KSYNC_CRASH_APPS` and `KSYNC_CRASH_COMMITS` change the counts); every commit
 //! adds, changes and removes objects of three kinds, so the inventory grows and shrinks and
 //! prune runs. The kill delays come from a seeded generator: the seed is printed, and
