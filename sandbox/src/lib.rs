@@ -39,7 +39,7 @@ mod webhookconfig;
 
 pub mod harness;
 
-pub use faults::Fault;
+pub use faults::{Fault, Injected};
 
 use anyhow::Context;
 use base64::Engine;
@@ -240,6 +240,12 @@ impl Sandbox {
     /// `deletecollection`) or `*`.
     pub fn set_fault(&self, verb: &str, fault: Fault) {
         self.app.faults.set(verb, fault);
+    }
+
+    /// How many faults were injected so far, by kind (errors, resets, delayed requests, watch
+    /// cuts, `410 Gone` on resumed watches).
+    pub fn injected_faults(&self) -> Injected {
+        self.app.faults.injected()
     }
 
     /// Remove every injected fault.

@@ -9,6 +9,7 @@ pub mod helm;
 pub mod process_tree;
 pub mod receiver;
 pub mod registry;
+pub mod rollouts;
 pub mod servers;
 pub mod webhook;
 

@@ -142,8 +142,10 @@ async fn route(
         return Ok((StatusCode::OK, "ok").into_response());
     }
     let user = authenticate(app, headers)?;
+    let requester = user.username.clone();
     let user = crate::authz::impersonate(&app.store, user, headers)?;
-    let req = request::Request { app, method, q, headers, body, user: &user };
+    let req =
+        request::Request { app, method, q, headers, body, user: &user, requester: &requester };
     match segs.as_slice() {
         ["version"] => Ok(json_response(200, &discovery::version())),
         ["api"] => Ok(json_response(

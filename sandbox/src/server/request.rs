@@ -21,6 +21,8 @@ pub(super) struct Request<'a> {
     pub headers: &'a HeaderMap,
     pub body: Bytes,
     pub user: &'a UserInfo,
+    /// The authenticated user before any impersonation (whom injected faults may target).
+    pub requester: &'a str,
 }
 
 impl Request<'_> {

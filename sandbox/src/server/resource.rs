@@ -26,7 +26,7 @@ pub(super) async fn resource_request(
     let t = parse_target(&req.app.store, g, v, rest)?;
     let verb = verb_of(req, &t);
     authorize(req, &t, verb)?;
-    if let Some(r) = injected_fault(req.app.faults.decide(verb).await)? {
+    if let Some(r) = injected_fault(req.app.faults.decide(verb, req.requester).await)? {
         return Ok(r);
     }
     let ri = &t.ri;
@@ -140,7 +140,9 @@ async fn list_or_watch(req: &Request<'_>, t: &Target) -> ApiResult<Response> {
         if let Some(p) = &partial {
             p.check(false)?;
         }
-        let watch = super::watch::Watch { labels, fsel, table, partial };
+        let resuming = !rv.is_empty() && rv != "0";
+        let faults = req.app.faults.watch_plan(req.requester, resuming);
+        let watch = super::watch::Watch { labels, fsel, table, partial, faults };
         return super::watch::watch(req.app, ri.clone(), t.ns.clone(), watch, req.q);
     }
     let q = req.q;

@@ -47,6 +47,8 @@ pub(super) struct Watch {
     pub table: Option<String>,
     /// As `PartialObjectMetadata` (bookmarks too, as kube-apiserver transforms every object).
     pub partial: Option<PartialMetadata>,
+    /// Injected faults: `410 Gone` at once, or a cut after a while.
+    pub faults: crate::faults::WatchPlan,
 }
 
 /// A watch stream (<https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes>):
@@ -58,8 +60,9 @@ pub(super) fn watch(
     w: Watch,
     q: &Query,
 ) -> ApiResult<Response> {
-    let Watch { labels, fsel, table, partial } = w;
+    let Watch { labels, fsel, table, partial, faults } = w;
     let store = app.store.clone();
+    let app_faults = app.clone();
     let rv_param = q.get("resourceVersion").cloned().unwrap_or_default();
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
     // sendInitialEvents defaults to true for resourceVersion "" and "0", false otherwise
@@ -87,6 +90,13 @@ pub(super) fn watch(
                 ApiError::bad_request(format!("invalid resource version: {rv_param}"))
             })?;
             match store.watch_from(n) {
+                Ok((evs, rx, rv)) if faults.gone => {
+                    // Injected: as if the history had been compacted past `n`.
+                    drop(evs);
+                    let e =
+                        ApiError::gone(format!("too old resource version: {n} ({})", rv.max(n)));
+                    (vec![], vec![], rx, 0, Some(e))
+                }
                 Ok((evs, rx, rv)) => (vec![], evs, rx, rv.max(n), None),
                 Err(e) => {
                     let rx = store.subscribe();
@@ -150,10 +160,11 @@ pub(super) fn watch(
     };
     let stream = async_stream::stream! {
         if let Some(e) = gone {
-            yield Ok::<Bytes, std::convert::Infallible>(watch_line("ERROR", &e.to_status()));
+            yield Ok::<Bytes, std::io::Error>(watch_line("ERROR", &e.to_status()));
             return;
         }
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let cut = faults.cut.map(|(after, how)| (tokio::time::Instant::now() + after, how));
         let mut last = start_rv;
         for o in &initial {
             if matches(o) {
@@ -213,6 +224,12 @@ pub(super) fn watch(
                     None => std::future::pending::<()>().await,
                 }
             };
+            let sleep_cut = async {
+                match cut {
+                    Some((at, _)) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
                 r = rx.recv() => match r {
                     Ok(ev) => {
@@ -265,6 +282,16 @@ pub(super) fn watch(
                     yield Ok(watch_line("BOOKMARK", &bm));
                 }
                 _ = sleep_deadline => return,
+                _ = sleep_cut => {
+                    app_faults.faults.count_cut();
+                    if let Some((_, crate::faults::Cut::Reset)) = cut {
+                        yield Err(std::io::Error::new(
+                            std::io::ErrorKind::ConnectionReset,
+                            "injected watch reset",
+                        ));
+                    }
+                    return;
+                }
             }
         }
     };

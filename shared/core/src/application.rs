@@ -227,7 +227,9 @@ pub fn decide(
             set_sync(&mut status, SyncState::OutOfSync, now);
             let message = clean(redactor, message);
             let events = fail_ready(&mut status, app, *reason, &message, now);
-            finish(current, status, None, events, Step::Report)
+            let mut decision = finish(current, status, None, events, Step::Report);
+            decision.requeue_after = failed_observation_requeue(*reason);
+            decision
         }
         Observation::Planned(planned) => {
             decide_planned(app, current, status, planned, redactor, now)
@@ -235,6 +237,15 @@ pub fn decide(
     };
     decision.events = bounded(redactor, decision.events);
     decision
+}
+
+/// When to look again after a reconcile that stopped before a plan: a retryable failure (the
+/// API or the source failing for a while, such as a 500 while listing managed objects) is
+/// retried after [`rollout::FIRST_BACKOFF`], as nothing else may wake the Application (its
+/// Repository is unchanged, its objects too); one that only a change of the Application or of
+/// Git can cure (a render error, a missing service account) waits for that change.
+pub fn failed_observation_requeue(reason: FailureReason) -> Option<Duration> {
+    reason.retryable().then_some(rollout::FIRST_BACKOFF)
 }
 
 /// Every Event message redacted and truncated.

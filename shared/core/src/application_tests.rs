@@ -3161,3 +3161,30 @@ fn the_course_lifts_a_hold_removes_a_pointless_request_and_ends_a_hold_on_a_new_
         with_course(empty(), &plain, &rollback::Course::Follow { end_hold: Some(C2.into()) });
     assert!(nothing.annotations.is_empty(), "nothing to remove writes nothing");
 }
+
+/// A reconcile that stops before a plan on a retryable failure (an API error while listing
+/// managed objects, a source fetch) looks again after the first backoff; one that needs a
+/// change of Git or of the Application waits for it.
+#[test]
+fn a_failed_observation_is_retried_only_when_retryable() {
+    let app = automatic();
+    for (reason, requeue) in [
+        (FailureReason::PruneFailure, Some(rollout::FIRST_BACKOFF)),
+        (FailureReason::PlanFailure, Some(rollout::FIRST_BACKOFF)),
+        (FailureReason::SourceFailure, Some(rollout::FIRST_BACKOFF)),
+        (FailureReason::Forbidden, Some(rollout::FIRST_BACKOFF)),
+        (FailureReason::RenderFailure, None),
+        (FailureReason::ServiceAccountRequired, None),
+    ] {
+        let observation = failed(
+            reason,
+            "cannot list Deployment.apps to find managed objects: Internal error occurred",
+            Some(SA),
+            Some("abc123"),
+        );
+        let d = decide(&app, &observation, &Redactor::new(), &at(10));
+        assert!(matches!(d.step, Step::Report), "{reason:?}: {:?}", d.step);
+        assert_eq!(d.requeue_after, requeue, "{reason:?}");
+        assert_eq!(failed_observation_requeue(reason), requeue, "{reason:?}");
+    }
+}
