@@ -29,17 +29,19 @@ const CONTROLLER_USER: &str = "kuvryn-sync-controller-faults";
 
 /// The fault model of the run, per verb, for the controller's requests: 15 ms more on every
 /// request; reads (get, list) fail with 500 or 503 and have their connections reset; writes get
-/// 429 TooManyRequests (Retry-After: 1) or 503, which the Kubernetes client retries; watches
-/// are refused with 503 (2 %), cut after 10 to 30 s (half of the cuts reset the connection)
-/// and get 410 Gone on 10 % of resumptions.
+/// 429 TooManyRequests (Retry-After: 1), 503 (both retried by the Kubernetes client), 500 (retried
+/// by our client for everything but a create, `apply::clients::TransientRetry`) and connection
+/// resets; watches are refused with 503 (2 %), cut after 3 to 9 s (half of the cuts reset the
+/// connection) and get 410 Gone on 10 % of resumptions.
 ///
 /// Watch faults are rarer than request faults: kube-runtime's watcher backs off exponentially
 /// (up to 30 s) on every watch error and only forgets after two quiet minutes, so a watch that
 /// fails every few seconds delays every change by half a minute.
 ///
-/// Writes get no 500 and no reset: the apply engine does not retry a failed request, so one
-/// such failure fails the attempt, and with the API's default `failurePolicy.maxAttempts` of 1
-/// the Revision stops with RetryBlocked until the next commit.
+/// Creates get no 500 and no reset: a create is never repeated (one that reached the server
+/// would fail again as AlreadyExists), so such a failure fails its attempt, and with the API's
+/// default `failurePolicy.maxAttempts` of 1 the Revision stops with RetryBlocked until the next
+/// commit. Every apply is a server-side apply `PATCH`, which is retried.
 fn faults() -> Vec<(&'static str, Fault)> {
     let base = Fault {
         latency: Duration::from_millis(15),
@@ -53,18 +55,19 @@ fn faults() -> Vec<(&'static str, Fault)> {
         ..base.clone()
     };
     let write = |rate: f64, code: u16| Fault { error_rate: rate, error_code: code, ..base.clone() };
+    let repeatable = |rate: f64, code: u16| Fault { reset_rate: 0.03, ..write(rate, code) };
     vec![
         ("get", read(0.08, 503)),
         ("list", read(0.08, 500)),
         ("create", write(0.08, 429)),
-        ("update", write(0.08, 503)),
-        ("patch", write(0.10, 429)),
-        ("delete", write(0.10, 503)),
+        ("update", repeatable(0.08, 503)),
+        ("patch", repeatable(0.10, 500)),
+        ("delete", repeatable(0.10, 500)),
         ("deletecollection", write(0.10, 503)),
         (
             "watch",
             Fault {
-                watch_cut_after: Duration::from_secs(20),
+                watch_cut_after: Duration::from_secs(6),
                 watch_gone_rate: 0.1,
                 ..write(0.02, 503)
             },
