@@ -223,10 +223,9 @@ fn typed_decoding_goes_through_the_budget() {
     assert!(matches!(err, YamlError::Syntax { .. }));
 }
 
-/// Peak memory of parsing the 140 KB bomb stays bounded: run alone with `--ignored` (the peak is
-/// the process's, so other tests would blur it).
+/// Peak memory of parsing the 140 KB bomb stays bounded. The peak is the process's: nextest runs
+/// every test in a process of its own, and no other test of this crate comes near the bound.
 #[test]
-#[ignore = "measures the process's peak memory; run alone"]
 fn the_bomb_parse_peak_memory() {
     // Few anchored nodes, many replays: the built value itself reaches the node limit.
     let wide = format!(
@@ -245,22 +244,6 @@ fn the_bomb_parse_peak_memory() {
     let after = vm_hwm_kib();
     println!("ours: {err}; peak {before} -> {after} KiB in {elapsed:?}");
     assert!(after < 400 * 1024, "peak {after} KiB");
-}
-
-/// serde-saphyr's own budgets alone (defaults, straight into serde_json::Value): run alone.
-#[test]
-#[ignore = "experiment: what serde-saphyr's own budget allows; run alone"]
-fn saphyr_budget_alone() {
-    let text = bomb(9, 10, 15 << 10);
-    let start = std::time::Instant::now();
-    let got: Result<Vec<Value>, _> = serde_saphyr::from_str_multiple(&text);
-    let nodes = got.as_ref().map(|d| count(&Value::Array(d.clone())));
-    println!(
-        "saphyr defaults: {:?} nodes, peak {} KiB in {:?}",
-        nodes.as_ref().map_err(|e| e.to_string()),
-        vm_hwm_kib(),
-        start.elapsed()
-    );
 }
 
 fn count(value: &Value) -> usize {
