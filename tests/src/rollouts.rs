@@ -15,11 +15,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, WatchEvent, WatchParams};
-use kuvryn_sync_api::{Application, Revision, keys};
+use kuvryn_sync_api::{Application, HealthState, Revision, RevisionPhase, SyncState, keys};
 use kuvryn_sync_core::application::revision_name;
 use serde_json::json;
 
-use crate::application::{DEADLINE, Env, config_map};
+use crate::application::{DEADLINE, Env, config_map, ready};
 use crate::cluster::wait_for;
 
 /// One object of an Application's desired state.
@@ -237,6 +237,28 @@ impl Drop for DeletionWatch {
             t.abort();
         }
     }
+}
+
+/// Wait until every Application of `names` is Synced at `last`, Ready=True/Healthy, and its
+/// Revision of `last` is Healthy: a rollout suite's convergence.
+pub async fn wait_converged(env: &Env, names: &[String], last: &str) -> Result<()> {
+    for name in names {
+        env.wait_app(name, &format!("Synced at {last}, Ready=True/Healthy"), |app| {
+            app.status.as_ref().is_some_and(|s| {
+                s.deployed_revision.as_deref() == Some(last)
+                    && s.sync.state == SyncState::Synced
+                    && s.health.state == HealthState::Healthy
+            }) && ready(app).is_some_and(|(s, r, _)| s == "True" && r == "Healthy")
+        })
+        .await?;
+        wait_for(&format!("the Revision of {name} at {last} is Healthy"), DEADLINE, || async {
+            let phase = env.revision(name, last).await?.status.and_then(|s| s.phase);
+            Ok(((phase == Some(RevisionPhase::Healthy)).then_some(()), format!("{phase:?}")))
+        })
+        .await
+        .with_context(|| format!("controller log, last lines:\n{}", env.log_tail(40)))?;
+    }
+    Ok(())
 }
 
 /// The API's current version, as a list in `namespace` reports it.

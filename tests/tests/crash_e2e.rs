@@ -10,12 +10,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
-use kuvryn_sync_api::{HealthState, RevisionPhase, SyncState};
-use kuvryn_sync_tests::application::{DEADLINE, Env, env_with_workloads, ready};
-use kuvryn_sync_tests::cluster::{ControllerProcess, wait_for};
+use kuvryn_sync_tests::application::{Env, env_with_workloads};
+use kuvryn_sync_tests::cluster::ControllerProcess;
 use kuvryn_sync_tests::rollouts::{
     DeletionWatch, app_name, current_version, inventory_problems, push_commit, revision_problems,
-    rollout_kinds, wrong_prunes,
+    rollout_kinds, wait_converged, wrong_prunes,
 };
 use serde_json::json;
 
@@ -151,22 +150,7 @@ async fn a_controller_killed_at_random_points_loses_nothing() -> Result<()> {
     let last = commits.last().context("commits")?.clone();
 
     // Converged: Synced at the last commit, Ready=True/Healthy, its Revision Healthy.
-    for name in &names {
-        env.wait_app(name, &format!("Synced at {last}, Ready=True/Healthy"), |app| {
-            app.status.as_ref().is_some_and(|s| {
-                s.deployed_revision.as_deref() == Some(last.as_str())
-                    && s.sync.state == SyncState::Synced
-                    && s.health.state == HealthState::Healthy
-            }) && ready(app).is_some_and(|(s, r, _)| s == "True" && r == "Healthy")
-        })
-        .await?;
-        wait_for(&format!("the Revision of {name} at {last} is Healthy"), DEADLINE, || async {
-            let phase = env.revision(name, &last).await?.status.and_then(|s| s.phase);
-            Ok(((phase == Some(RevisionPhase::Healthy)).then_some(()), format!("{phase:?}")))
-        })
-        .await
-        .with_context(|| format!("controller log, last lines:\n{}", env.log_tail(40)))?;
-    }
+    wait_converged(&env, &names, &last).await?;
     println!("{kills} kills; converged {:?} after the start", began.elapsed());
 
     // No duplicate Revision, no wrong prune, the exact inventory. Every problem of every

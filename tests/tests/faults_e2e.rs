@@ -12,12 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use ksync_sandbox::Fault;
-use kuvryn_sync_api::{HealthState, RevisionPhase, SyncState};
-use kuvryn_sync_tests::application::{DEADLINE, env_with_workloads, ready};
-use kuvryn_sync_tests::cluster::wait_for;
+use kuvryn_sync_tests::application::env_with_workloads;
 use kuvryn_sync_tests::rollouts::{
     DeletionWatch, app_name, current_version, inventory_problems, push_commit, revision_problems,
-    rollout_kinds, wrong_prunes,
+    rollout_kinds, wait_converged, wrong_prunes,
 };
 use serde_json::json;
 
@@ -112,22 +110,7 @@ async fn rollouts_converge_exactly_while_the_api_fails() -> Result<()> {
         commits.push(commit);
     }
     let last = commits.last().context("commits")?.clone();
-    for name in &names {
-        env.wait_app(name, &format!("Synced at {last}, Ready=True/Healthy"), |app| {
-            app.status.as_ref().is_some_and(|s| {
-                s.deployed_revision.as_deref() == Some(last.as_str())
-                    && s.sync.state == SyncState::Synced
-                    && s.health.state == HealthState::Healthy
-            }) && ready(app).is_some_and(|(s, r, _)| s == "True" && r == "Healthy")
-        })
-        .await?;
-        wait_for(&format!("the Revision of {name} at {last} is Healthy"), DEADLINE, || async {
-            let phase = env.revision(name, &last).await?.status.and_then(|s| s.phase);
-            Ok(((phase == Some(RevisionPhase::Healthy)).then_some(()), format!("{phase:?}")))
-        })
-        .await
-        .with_context(|| format!("controller log, last lines:\n{}", env.log_tail(40)))?;
-    }
+    wait_converged(&env, &names, &last).await?;
     let injected = env.cluster.sandbox().context("sandbox")?.injected_faults();
     println!("converged {:?} after the start; injected {injected:?}", began.elapsed());
 

@@ -32,7 +32,9 @@ pub fn name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
-fn component_ok(component: &str) -> bool {
+/// Whether `component` is one path component of a repository name:
+/// `[a-z0-9]+ (separator [a-z0-9]+)*`. Image references are checked with it too.
+pub fn component_ok(component: &str) -> bool {
     let bytes = component.as_bytes();
     let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
     if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {

@@ -221,7 +221,7 @@ impl ImageRef {
             return Err(invalid("it names a registry but no repository"));
         }
         for component in path.split('/') {
-            if !valid_path_component(component) {
+            if !kuvryn_sync_core::oci_name::component_ok(component) {
                 return Err(invalid(&format!(
                     "path component {component:?} is not valid: use lower-case letters, digits and single separators (. _ __ -), not at either end"
                 )));
@@ -287,32 +287,6 @@ fn check_registry_host(registry: &str) -> Result<(), String> {
         return Err(format!("registry port {port:?} is not a port number (1-65535)"));
     }
     Ok(())
-}
-
-/// A repository path component: `[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*`.
-fn valid_path_component(component: &str) -> bool {
-    let bytes = component.as_bytes();
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    if bytes.is_empty() || !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
-        return false;
-    }
-    let mut i = 0;
-    while i < bytes.len() {
-        if alnum(bytes[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < bytes.len() && !alnum(bytes[i]) {
-            i += 1;
-        }
-        let separator = &component[start..i];
-        let dashes = separator.bytes().all(|b| b == b'-');
-        if !(separator == "." || separator == "_" || separator == "__" || dashes) {
-            return false;
-        }
-    }
-    true
 }
 
 /// OCI tag grammar: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
