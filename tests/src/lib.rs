@@ -22,3 +22,17 @@ pub fn localhost_certs() -> anyhow::Result<kuvryn_sync_certs::GeneratedCerts> {
         validity_days: 1,
     })?)
 }
+
+/// The value of `field` (`VmHWM`, `VmRSS`) in /proc/PID/status, in KiB; `None` once the process
+/// is gone.
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    line.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// Whether process `pid` runs (exists and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .is_ok_and(|s| !s.lines().any(|l| l.starts_with("State:") && l.contains("zombie")))
+}

@@ -3,10 +3,11 @@
 //! The first true rule decides (across HealthChecks in name order); a rule that cannot answer
 //! holds the object Progressing with `HealthCheckFailed` and raises `InvalidHealthCheck`.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::HealthCheck;
-use kuvryn_sync_tests::application::env;
+use kuvryn_sync_tests::application::{config_map, env};
+use kuvryn_sync_tests::{alive, proc_status_kib};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -106,5 +107,78 @@ async fn health_check_rules_decide_a_custom_kinds_health() -> Result<()> {
         note.contains(&format!("{ns}-a-invalid")) && note.contains("spec.rules[0].expression"),
         "{note}"
     );
+    Ok(())
+}
+
+/// A rule whose cost grows with the map it walks — every key against every key — passes
+/// admission (two nested comprehensions, a few nodes) and runs on small objects, but on a
+/// Widget with 2,000 keys its estimated cost is over the budget: the object is held Progressing,
+/// diagnosed `HealthCheckFailed` naming the HealthCheck and the cost budget, the rule is never run to the end, the
+/// controller keeps its PID and a bounded peak RSS, and another Application keeps syncing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_quadratic_in_a_maps_size_is_stopped_by_its_budget() -> Result<()> {
+    let env = env("health-cost", true).await?;
+    let ns = env.namespace.clone();
+    let widgets_kind = env.custom_kind("Widget", "widgets").await?;
+    let group = widgets_kind.group.clone();
+    let health_checks = Api::<HealthCheck>::all(env.cluster.client());
+    let check: HealthCheck = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+        "metadata": {"name": format!("{ns}-pairs")},
+        "spec": {"group": group, "kind": "Widget", "rules": [
+            {"expression": "object.spec.data.all(k, object.spec.data.exists(j, k == j))",
+             "state": "Healthy", "message": "every key has a partner"},
+        ]},
+    }))?;
+    health_checks.create(&PostParams::default(), &check).await?;
+
+    let widget = |name: &str, keys: usize| {
+        let data: serde_json::Map<String, serde_json::Value> =
+            (0..keys).map(|i| (format!("key-{i}"), json!("v"))).collect();
+        json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+               "metadata": {"name": name}, "spec": {"data": data}})
+    };
+    let crd = serde_json::to_string(&widgets_kind.crd)?;
+    let commit = env
+        .push(
+            &[
+                ("apps/small/crd.yaml", crd.clone()),
+                ("apps/small/widget.yaml", serde_json::to_string(&widget("small", 20))?),
+                ("apps/large/widget.yaml", serde_json::to_string(&widget("large", 2_000))?),
+                ("apps/other/cm.yaml", config_map("other", "1", json!({}))),
+            ],
+            "widgets and a neighbour",
+        )
+        .await?;
+    env.create_app("small", "apps/small", json!({"health": {"timeout": "10m"}})).await?;
+    env.wait_ready("small", "True", "Healthy").await?;
+    let pid = env.controller.as_ref().context("controller")?.pid();
+    let before = proc_status_kib(pid, "VmHWM").context("VmHWM")?;
+
+    env.create_app("large", "apps/large", json!({"health": {"timeout": "10m"}})).await?;
+    env.wait_synced("large", &commit).await?;
+    // Health is Progressing, and the diagnosis names the rule and its budget.
+    env.wait_app("large", "health Progressing, diagnosed as over the cost budget", |app| {
+        app.status.as_ref().is_some_and(|s| {
+            s.health.state == kuvryn_sync_api::HealthState::Progressing
+                && s.diagnosis.iter().any(|d| {
+                    d.reason == "HealthCheckFailed"
+                        && d.message.contains(&format!("{ns}-pairs"))
+                        && d.message.contains("exceeds its cost budget")
+                })
+        })
+    })
+    .await?;
+
+    // Meanwhile the neighbour syncs, twice.
+    env.create_app("other", "apps/other", json!({})).await?;
+    env.wait_synced("other", &commit).await?;
+    let next =
+        env.push(&[("apps/other/cm.yaml", config_map("other", "2", json!({})))], "v2").await?;
+    env.wait_synced("other", &next).await?;
+    assert!(alive(pid), "the controller {pid} is gone");
+    let after = proc_status_kib(pid, "VmHWM").context("VmHWM")?;
+    println!("controller VmHWM {before} KiB -> {after} KiB");
+    assert!(after < 300 * 1024, "the controller's peak RSS reached {after} KiB");
     Ok(())
 }

@@ -13,6 +13,7 @@ use kuvryn_sync_tests::application::{config_map, env, ready};
 use kuvryn_sync_tests::apply::grant_deployer;
 use kuvryn_sync_tests::cluster::wait_for;
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon};
+use kuvryn_sync_tests::{alive, proc_status_kib};
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -41,19 +42,6 @@ fn ready_of(object: &Value) -> Option<(String, String, String)> {
     let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
     let text = |k: &str| ready[k].as_str().unwrap_or_default().to_owned();
     Some((text("status"), text("reason"), text("message")))
-}
-
-/// The value of `field` (`VmHWM`, `VmRSS`) in /proc/PID/status, in KiB; `None` once the process
-/// is gone.
-fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
-    line.trim().trim_end_matches("kB").trim().parse().ok()
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .is_ok_and(|s| !s.lines().any(|l| l.starts_with("State:") && l.contains("zombie")))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
