@@ -146,15 +146,26 @@ impl std::fmt::Debug for AppState {
 /// The admission listener's router: health and admission paths.
 pub fn admission_router(state: AppState, limits: RequestLimits) -> Router {
     let metrics = state.metrics.clone();
-    Router::new()
+    let routes = Router::new()
         .route(HEALTHZ, get(|| async { "ok" }))
         .route(READYZ, get(|| async { "ok" }))
         .route(VALIDATE_HEALTHCHECKS, post(admission::validate_health_check))
         .route(ADMIT_APPLICATIONS, post(admission::admit_application))
-        .with_state(state)
-        .layer(DefaultBodyLimit::max(MAX_ADMISSION_BODY_BYTES))
-        // Shed beyond `max_in_flight` (one semaphore for every route of the router), and time
-        // out the whole request.
+        .with_state(state);
+    with_limits(routes, MAX_ADMISSION_BODY_BYTES, metrics, limits)
+}
+
+/// What both listeners' routers wrap their routes in: a body limit, shedding beyond
+/// `max_in_flight` (one semaphore for every route of the router), a timeout of the whole
+/// request, and the request metrics.
+fn with_limits(
+    router: Router,
+    max_body: usize,
+    metrics: WebhookMetrics,
+    limits: RequestLimits,
+) -> Router {
+    router
+        .layer(DefaultBodyLimit::max(max_body))
         .layer(
             ServiceBuilder::new()
                 .layer(HandleErrorLayer::new(refusal))
@@ -180,21 +191,11 @@ pub fn receiver_router_with(
     metrics: WebhookMetrics,
     limits: RequestLimits,
 ) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route(HEALTHZ, get(|| async { "ok" }))
         .route(READYZ, get(|| async { "ok" }))
-        .merge(receivers)
-        .layer(DefaultBodyLimit::max(MAX_RECEIVER_BODY_BYTES))
-        // Shed beyond `max_in_flight` (one semaphore for every route of the router), and time
-        // out the whole request.
-        .layer(
-            ServiceBuilder::new()
-                .layer(HandleErrorLayer::new(refusal))
-                .load_shed()
-                .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight.max(1)))
-                .timeout(limits.request_timeout),
-        )
-        .layer(middleware::from_fn_with_state(metrics, crate::metrics::track))
+        .merge(receivers);
+    with_limits(routes, MAX_RECEIVER_BODY_BYTES, metrics, limits)
 }
 
 /// The router of `listener`.
