@@ -130,13 +130,17 @@ pub fn page(
 
 /// A health state as a badge: its name in text (never colour alone) and a class for colour.
 pub fn health_badge(state: HealthState) -> String {
-    let class = match state {
+    badge(health_class(state), state.as_str())
+}
+
+/// The colour class of a health state.
+pub fn health_class(state: HealthState) -> &'static str {
+    match state {
         HealthState::Healthy => "good",
         HealthState::Suspended | HealthState::Unknown => "neutral",
         HealthState::Progressing => "busy",
         HealthState::Degraded => "bad",
-    };
-    badge(class, state.as_str())
+    }
 }
 
 /// `text` as a badge of `class` (`good`, `busy`, `bad`, `neutral`).

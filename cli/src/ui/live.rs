@@ -80,7 +80,8 @@ impl Live {
             .collect()
     }
 
-    /// The server-sent event stream: a `change` event after every settled burst of changes.
+    /// The server-sent event stream: a `change` event after every settled burst of changes
+    /// (with data: browsers drop an event whose data is empty).
     pub fn events(&self) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
         let receiver = self.changes.subscribe();
         let stream = futures::stream::unfold(receiver, |mut receiver| async move {
@@ -92,7 +93,7 @@ impl Live {
             }
             tokio::time::sleep(SETTLE).await;
             while receiver.try_recv().is_ok() {}
-            Some((Ok(Event::default().event("change").data("")), receiver))
+            Some((Ok(Event::default().event("change").data("changed")), receiver))
         });
         Sse::new(stream).keep_alive(KeepAlive::default())
     }
