@@ -183,12 +183,10 @@ impl Browser {
         Ok(())
     }
 
-    /// Write a PNG of the whole page to `path`.
+    /// Write a PNG of the visible part of the page (1280×900) to `path`.
     pub async fn screenshot(&mut self, path: &Path) -> Result<()> {
         use base64::Engine as _;
-        let shot = self
-            .call("Page.captureScreenshot", json!({"format": "png", "captureBeyondViewport": true}))
-            .await?;
+        let shot = self.call("Page.captureScreenshot", json!({"format": "png"})).await?;
         let data = shot["data"].as_str().context("screenshot data")?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;

@@ -185,6 +185,7 @@ async fn tree_shows_the_chain(browser: &mut Browser, env: &Env, ui: &UiProcess) 
     let off_chain =
         browser.eval("document.querySelectorAll('#tree li:not(.on-chain)').length").await?;
     assert!(off_chain.as_u64().unwrap_or_default() >= 1, "the Service is off the chain");
+    browser.eval("document.getElementById('s-diagnosis').scrollIntoView()").await?;
     browser.screenshot(&screenshots().join("application-tree.png")).await?;
     Ok(())
 }
@@ -249,6 +250,8 @@ async fn the_web_view_shows_diagnoses_and_approves_as_the_user() -> Result<()> {
     })
     .await?;
     env.wait_synced("web", &commit).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    create_image_policy(&env).await?;
 
     let alice = UiProcess::start(env.cluster.kubeconfig(), &env.namespace, Some("alice"))?;
     let bob = UiProcess::start(env.cluster.kubeconfig(), &env.namespace, Some("bob"))?;
@@ -309,6 +312,16 @@ async fn the_web_view_shows_diagnoses_and_approves_as_the_user() -> Result<()> {
     assert_eq!(annotations.get(keys::APPROVED_BY).map(String::as_str), Some("alice"));
     browser.screenshot(&screenshots().join("application-approved.png")).await?;
 
+    rollback_from_the_page(&mut browser, &env, &alice).await?;
+    suspend_resume_and_reconcile(&mut browser, &env, &alice).await?;
+
+    browser.goto(&format!("{}/imagepolicies", alice.url)).await?;
+    let row = browser.eval("document.querySelector('#imagepolicies tbody tr').textContent").await?;
+    assert!(
+        row.as_str().is_some_and(|r| r.contains("web-image") && r.contains("semver >=1.0.0")),
+        "{row}"
+    );
+    browser.screenshot(&screenshots().join("imagepolicies.png")).await?;
     browser.goto(&format!("{}/repositories", alice.url)).await?;
     let listed = browser.eval("document.querySelector('main').textContent").await?;
     let listed = listed.as_str().unwrap_or_default();
@@ -325,6 +338,111 @@ const NAVIGATION_TIMING: &str = "(() => { const n = performance.getEntriesByType
     const p = performance.getEntriesByName('first-contentful-paint')[0]; \
     return {firstByte: n.responseStart, domParsed: n.domContentLoadedEventEnd, \
             firstContentfulPaint: p ? p.startTime : null, load: n.loadEventEnd, bytes: n.transferSize}; })()";
+
+async fn create_image_policy(env: &Env) -> Result<()> {
+    let policy: kuvryn_sync_api::ImagePolicy = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "ImagePolicy",
+        "metadata": {"name": "web-image"},
+        "spec": {"image": "registry.invalid/web", "interval": "1h",
+                 "policy": {"semver": {"range": ">=1.0.0"}}},
+    }))?;
+    env.api::<kuvryn_sync_api::ImagePolicy>().create(&PostParams::default(), &policy).await?;
+    Ok(())
+}
+
+/// Click the button `selector` and wait for the answer's notice; returns its text and whether
+/// it says done.
+async fn click_for_notice(browser: &mut Browser, selector: &str) -> Result<(bool, String)> {
+    browser.eval("document.querySelectorAll('#notice').forEach(n => n.remove())").await?;
+    browser.eval(&format!("document.querySelector('{selector}').click()")).await?;
+    let notice = browser
+        .wait_for(
+            &format!("the notice after {selector}"),
+            "document.readyState === 'complete' && document.querySelector('#notice') && \
+             [document.querySelector('#notice').className, document.querySelector('#notice').textContent]",
+            Duration::from_secs(10),
+        )
+        .await?;
+    let ok = notice[0].as_str().is_some_and(|c| c.contains("ok"));
+    Ok((ok, notice[1].as_str().unwrap_or_default().to_owned()))
+}
+
+/// A second commit for web; the rollback page shows the first Revision's plan, and confirming
+/// asks for the rollback as alice (the webhook records her).
+async fn rollback_from_the_page(browser: &mut Browser, env: &Env, ui: &UiProcess) -> Result<()> {
+    let first = env.revision("web", &env.repo.head()?).await?.metadata.name.context("name")?;
+    let second =
+        env.push(&[("apps/web/cm.yaml", config_map("web", "2", json!({})))], "web v2").await?;
+    env.wait_synced("web", &second).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    browser.goto(&format!("{}/apps/{}/web/rollback", ui.url, env.namespace)).await?;
+    let text = browser.eval("document.querySelector('main').textContent").await?;
+    let text = text.as_str().unwrap_or_default();
+    assert!(text.contains(&format!("back to Revision {first}")), "{text}");
+    assert!(
+        text.contains("Plan: 1 to create") && text.contains("Digest: sha256:"),
+        "its plan first: {text}"
+    );
+    browser.screenshot(&screenshots().join("rollback.png")).await?;
+    let (ok, notice) = click_for_notice(browser, "#confirm-rollback").await?;
+    assert!(ok, "{notice}");
+    let app = env.api::<Application>().get("web").await?;
+    let annotations = app.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations.get(keys::ROLLBACK_TARGET_REVISION), Some(&first), "{annotations:?}");
+    assert_eq!(annotations.get(keys::ROLLBACK_REQUESTED_BY).map(String::as_str), Some("alice"));
+    browser.eval("window.__noReload = true").await?;
+    env.wait_ready("web", "False", "RolledBack").await?;
+    let shown = browser
+        .wait_for(
+            "the history to show the rollback without a reload",
+            "window.__noReload && document.querySelector('#history').textContent.includes('rollback target (by alice)')",
+            Duration::from_secs(5),
+        )
+        .await;
+    if shown.is_err() {
+        let history = browser.eval("document.querySelector('#history').innerText").await?;
+        bail!("{shown:?}\nhistory shown: {history}");
+    }
+    Ok(())
+}
+
+/// Suspend and resume set spec.suspend; reconcile now sets the Repository's annotation.
+async fn suspend_resume_and_reconcile(
+    browser: &mut Browser,
+    env: &Env,
+    ui: &UiProcess,
+) -> Result<()> {
+    browser.goto(&format!("{}/apps/{}/web", ui.url, env.namespace)).await?;
+    let suspended = || async {
+        Ok::<_, anyhow::Error>(env.api::<Application>().get("web").await?.spec.suspend)
+    };
+    let (ok, notice) = click_for_notice(browser, "#suspend").await?;
+    assert!(ok && notice.contains("Suspended"), "{notice}");
+    assert!(suspended().await?, "spec.suspend set");
+    // The answer is the Application page again; its button now resumes (once the watch saw it).
+    browser
+        .wait_for(
+            "the Resume button",
+            "document.querySelector('#suspend').textContent === 'Resume'",
+            Duration::from_secs(5),
+        )
+        .await?;
+    let (ok, notice) = click_for_notice(browser, "#suspend").await?;
+    assert!(ok && notice.contains("Resumed"), "{notice}");
+    assert!(!suspended().await?, "spec.suspend cleared");
+    let (ok, notice) = click_for_notice(browser, "#reconcile").await?;
+    assert!(ok, "{notice}");
+    let repository = env.api::<kuvryn_sync_api::Repository>().get("apps").await?;
+    let at = repository
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get(keys::RECONCILE_REQUESTED_AT)
+        .cloned();
+    let at = at.context("reconcile-requested-at set")?;
+    assert!(notice.contains(&at), "the notice names the time written: {notice} / {at}");
+    Ok(())
+}
 
 /// A thousand Applications with statuses, on a sandbox without a controller.
 async fn thousand_applications(cluster: &TestCluster, namespace: &str) -> Result<()> {

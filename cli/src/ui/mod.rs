@@ -270,7 +270,7 @@ impl Ui {
             .await
             .map_err(|e| format!("cannot list Events: {}", api_words(&e)))?
             .items;
-        events.sort_by_key(|e| std::cmp::Reverse(e.last_timestamp.clone().map(|t| t.0)));
+        events.sort_by_key(|e| std::cmp::Reverse(event_time(e)));
         events.truncate(50);
         Ok(events)
     }
@@ -336,6 +336,16 @@ async fn image_policies_page(State(ui): State<Ui>) -> Html<String> {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
     ui.page("Image policies", Section::ImagePolicies, None, &pages::image_policy_list(&policies))
+}
+
+/// When an Event last happened: `lastTimestamp` (core Events), else the series' last
+/// observation or `eventTime` (events.k8s.io, as kube's recorder writes them), else
+/// `firstTimestamp`.
+pub fn event_time(event: &Event) -> Option<k8s_openapi::jiff::Timestamp> {
+    let series = event.series.as_ref().and_then(|s| s.last_observed_time.as_ref()).map(|t| t.0);
+    let micro = event.event_time.as_ref().map(|t| t.0);
+    let first = event.first_timestamp.as_ref().map(|t| t.0);
+    event.last_timestamp.as_ref().map(|t| t.0).or(series).or(micro).or(first)
 }
 
 /// Who the client is, from a SelfSubjectReview; a note when the server does not say.

@@ -189,7 +189,7 @@ pub fn application_page(app: &Application, view: &AppView<'_>) -> String {
 
 fn section(id: &str, title: &str, body: &str) -> String {
     format!(
-        r#"<section aria-labelledby="{id}" id="s-{id}"><h2 id="{id}">{title}</h2>{body}</section>"#
+        r#"<section aria-labelledby="h-{id}" id="s-{id}"><h2 id="h-{id}">{title}</h2>{body}</section>"#
     )
 }
 
@@ -430,11 +430,7 @@ fn events(events: &Result<Vec<Event>, String>) -> String {
             let rows: String = list
                 .iter()
                 .map(|e| {
-                    let when = e
-                        .last_timestamp
-                        .as_ref()
-                        .or(e.first_timestamp.as_ref())
-                        .map(|t| t.0.to_string());
+                    let when = super::event_time(e).map(|t| t.to_string());
                     format!(
                         "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                         esc(e.type_.as_deref().unwrap_or("-")),
