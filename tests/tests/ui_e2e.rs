@@ -220,6 +220,74 @@ async fn shown_approval(browser: &mut Browser) -> Result<(String, String, String
     Ok((text(0), text(1), text(2)))
 }
 
+/// Bob may read but not patch: the page shows the API server's refusal, word for word, and the
+/// Application is unchanged.
+async fn viewer_is_refused(browser: &mut Browser, env: &Env, bob: &UiProcess) -> Result<()> {
+    browser.goto(&format!("{}/apps/{}/manual", bob.url, env.namespace)).await?;
+    let (revision, digest, _) = shown_approval(browser).await?;
+    browser.eval("document.querySelector('#approve').click()").await?;
+    let refusal = browser
+        .wait_for("the refusal", "document.querySelector('#notice.refused') && document.querySelector('#notice').textContent", Duration::from_secs(10))
+        .await?;
+    let words = server_words_for(env, "bob", &digest, &revision).await?;
+    let refusal = refusal.as_str().unwrap_or_default();
+    assert!(refusal.contains(&words), "page: {refusal}\nAPI server: {words}");
+    assert!(words.contains("forbidden") && words.contains("bob"), "{words}");
+    browser.screenshot(&screenshots().join("refused.png")).await?;
+    let app = env.api::<Application>().get("manual").await?;
+    assert!(
+        !app.metadata.annotations.unwrap_or_default().contains_key(keys::APPROVED_REVISION),
+        "a refused approval changed the Application"
+    );
+
+    Ok(())
+}
+
+/// Alice approves: the digest in the form is the plan's digest shown and the Revision's; the
+/// webhook records her, and the page shows the sync without a reload.
+async fn approver_approves(
+    browser: &mut Browser,
+    env: &Env,
+    alice: &UiProcess,
+    commit: &str,
+) -> Result<()> {
+    browser.goto(&format!("{}/apps/{}/manual", alice.url, env.namespace)).await?;
+    let (revision, digest, shown) = shown_approval(browser).await?;
+    assert_eq!(digest, shown, "the digest approved is the digest shown");
+    let held = env.revision("manual", commit).await?;
+    let plan_digest = held.status.and_then(|s| s.plan).map(|p| p.digest).unwrap_or_default();
+    assert_eq!(
+        (held.metadata.name.unwrap_or_default(), plan_digest),
+        (revision.clone(), digest.clone())
+    );
+    browser.eval("document.querySelector('#approve').click()").await?;
+    browser
+        .wait_for(
+            "the approval notice",
+            "document.querySelector('#notice.ok') && location.pathname.endsWith('/manual')",
+            Duration::from_secs(10),
+        )
+        .await?;
+    // From here on no navigation: the marker survives only if the page is updated in place.
+    browser.eval("window.__noReload = true").await?;
+    let synced = browser
+        .wait_for(
+            "the page to show the sync and the approver without a reload",
+            "window.__noReload && document.querySelector('#approved-by') && \
+             document.querySelector('#approved-by').textContent === 'alice' && \
+             document.querySelector('#ready').textContent === 'True/Healthy'",
+            Duration::from_secs(30),
+        )
+        .await?;
+    assert_eq!(synced, json!(true));
+    let app = env.api::<Application>().get("manual").await?;
+    let annotations = app.metadata.annotations.unwrap_or_default();
+    assert_eq!(annotations.get(keys::APPROVED_BY).map(String::as_str), Some("alice"));
+    browser.screenshot(&screenshots().join("application-approved.png")).await?;
+
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_view_shows_diagnoses_and_approves_as_the_user() -> Result<()> {
     let env = env_with_workloads("ui", true).await?;
@@ -259,59 +327,8 @@ async fn the_web_view_shows_diagnoses_and_approves_as_the_user() -> Result<()> {
     list_shows_api_states(&mut browser, &env, &alice).await?;
     tree_shows_the_chain(&mut browser, &env, &alice).await?;
 
-    // Bob may read but not patch: the page shows the API server's refusal, word for word.
-    browser.goto(&format!("{}/apps/{}/manual", bob.url, env.namespace)).await?;
-    let (revision, digest, _) = shown_approval(&mut browser).await?;
-    browser.eval("document.querySelector('#approve').click()").await?;
-    let refusal = browser
-        .wait_for("the refusal", "document.querySelector('#notice.refused') && document.querySelector('#notice').textContent", Duration::from_secs(10))
-        .await?;
-    let words = server_words_for(&env, "bob", &digest, &revision).await?;
-    let refusal = refusal.as_str().unwrap_or_default();
-    assert!(refusal.contains(&words), "page: {refusal}\nAPI server: {words}");
-    assert!(words.contains("forbidden") && words.contains("bob"), "{words}");
-    browser.screenshot(&screenshots().join("refused.png")).await?;
-    let app = env.api::<Application>().get("manual").await?;
-    assert!(
-        !app.metadata.annotations.unwrap_or_default().contains_key(keys::APPROVED_REVISION),
-        "a refused approval changed the Application"
-    );
-
-    // Alice approves: the digest in the form is the plan's digest shown and the Revision's.
-    browser.goto(&format!("{}/apps/{}/manual", alice.url, env.namespace)).await?;
-    let (revision, digest, shown) = shown_approval(&mut browser).await?;
-    assert_eq!(digest, shown, "the digest approved is the digest shown");
-    let held = env.revision("manual", &commit).await?;
-    let plan_digest = held.status.and_then(|s| s.plan).map(|p| p.digest).unwrap_or_default();
-    assert_eq!(
-        (held.metadata.name.unwrap_or_default(), plan_digest),
-        (revision.clone(), digest.clone())
-    );
-    browser.eval("document.querySelector('#approve').click()").await?;
-    browser
-        .wait_for(
-            "the approval notice",
-            "document.querySelector('#notice.ok') && location.pathname.endsWith('/manual')",
-            Duration::from_secs(10),
-        )
-        .await?;
-    // From here on no navigation: the marker survives only if the page is updated in place.
-    browser.eval("window.__noReload = true").await?;
-    let synced = browser
-        .wait_for(
-            "the page to show the sync and the approver without a reload",
-            "window.__noReload && document.querySelector('#approved-by') && \
-             document.querySelector('#approved-by').textContent === 'alice' && \
-             document.querySelector('#ready').textContent === 'True/Healthy'",
-            Duration::from_secs(30),
-        )
-        .await?;
-    assert_eq!(synced, json!(true));
-    let app = env.api::<Application>().get("manual").await?;
-    let annotations = app.metadata.annotations.unwrap_or_default();
-    assert_eq!(annotations.get(keys::APPROVED_BY).map(String::as_str), Some("alice"));
-    browser.screenshot(&screenshots().join("application-approved.png")).await?;
-
+    viewer_is_refused(&mut browser, &env, &bob).await?;
+    approver_approves(&mut browser, &env, &alice, &commit).await?;
     rollback_from_the_page(&mut browser, &env, &alice).await?;
     suspend_resume_and_reconcile(&mut browser, &env, &alice).await?;
 

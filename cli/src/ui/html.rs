@@ -70,26 +70,8 @@ pub fn page(
     body: &str,
     canonical: Option<&str>,
 ) -> String {
-    let nav_item = |target: Section, href: &str, label: &str| {
-        let current = if target == section { r#" aria-current="page""# } else { "" };
-        format!(r#"<li><a href="{href}"{current}>{label}</a></li>"#)
-    };
-    let nav = [
-        nav_item(Section::Applications, "/", "Applications"),
-        nav_item(Section::Repositories, "/repositories", "Repositories"),
-        nav_item(Section::ImagePolicies, "/imagepolicies", "Image policies"),
-    ]
-    .concat();
-    let notice = match notice {
-        None => String::new(),
-        Some(Notice::Done(text)) => {
-            format!(r#"<div class="notice ok" role="status" id="notice">{}</div>"#, esc(text))
-        }
-        Some(Notice::Refused(text)) => format!(
-            r#"<div class="notice refused" role="alert" id="notice"><strong>Refused:</strong> {}</div>"#,
-            esc(text)
-        ),
-    };
+    let nav = navigation(section);
+    let notice = notice.map_or_else(String::new, notice_html);
     let errors: String = header
         .watch_errors
         .iter()
@@ -126,6 +108,31 @@ pub fn page(
         src = canonical.map_or_else(String::new, |c| format!(r#" data-src="{}""#, esc(c))),
     );
     redact_shapes(&html)
+}
+
+fn navigation(section: Section) -> String {
+    let item = |target: Section, href: &str, label: &str| {
+        let current = if target == section { r#" aria-current="page""# } else { "" };
+        format!(r#"<li><a href="{href}"{current}>{label}</a></li>"#)
+    };
+    [
+        item(Section::Applications, "/", "Applications"),
+        item(Section::Repositories, "/repositories", "Repositories"),
+        item(Section::ImagePolicies, "/imagepolicies", "Image policies"),
+    ]
+    .concat()
+}
+
+fn notice_html(notice: &Notice) -> String {
+    match notice {
+        Notice::Done(text) => {
+            format!(r#"<div class="notice ok" role="status" id="notice">{}</div>"#, esc(text))
+        }
+        Notice::Refused(text) => format!(
+            r#"<div class="notice refused" role="alert" id="notice"><strong>Refused:</strong> {}</div>"#,
+            esc(text)
+        ),
+    }
 }
 
 /// A health state as a badge: its name in text (never colour alone) and a class for colour.

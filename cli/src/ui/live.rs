@@ -85,11 +85,8 @@ impl Live {
     pub fn events(&self) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
         let receiver = self.changes.subscribe();
         let stream = futures::stream::unfold(receiver, |mut receiver| async move {
-            loop {
-                match receiver.recv().await {
-                    Ok(()) | Err(broadcast::error::RecvError::Lagged(_)) => break,
-                    Err(broadcast::error::RecvError::Closed) => return None,
-                }
+            if let Err(broadcast::error::RecvError::Closed) = receiver.recv().await {
+                return None;
             }
             tokio::time::sleep(SETTLE).await;
             while receiver.try_recv().is_ok() {}

@@ -466,7 +466,7 @@ pub fn rollback_page(app: &Application, target: Result<&Revision, String>, csrf:
                 app = esc(name),
                 rev = esc(crate::revisions::name(target)),
                 commit = esc(&short_commit(Some(&target.spec.source.revision))),
-                phase = esc(&phase(target).unwrap_or(RevisionPhase::Healthy).to_string()),
+                phase = esc(phase(target).unwrap_or(RevisionPhase::Healthy).as_str()),
                 href = app_href(ns, name),
                 csrf = csrf_field(csrf),
             )
@@ -563,4 +563,102 @@ pub fn image_policy_list(policies: &[&ImagePolicy]) -> String {
     format!(
         r#"<h1>Image policies</h1><table class="list" id="imagepolicies"><thead><tr><th scope="col">Namespace</th><th scope="col">Name</th><th scope="col">Image</th><th scope="col">Policy</th><th scope="col">Selected tag</th><th scope="col">Digest</th><th scope="col">Last scanned</th><th scope="col">Ready</th></tr></thead><tbody>{rows}</tbody></table>"#
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn app(ns: &str, name: &str, sync: &str, health: &str, reason: &str) -> Application {
+        serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"source": {"repositoryRef": {"name": "apps"}, "render": {"type": "yaml"}},
+                     "destination": {"namespace": ns}},
+            "status": {"sync": {"state": sync, "lastTransitionTime": "2026-12-01T10:00:00Z"},
+                       "health": {"state": health, "lastTransitionTime": "2026-12-01T10:05:00Z"},
+                       "deployedRevision": "0123456789abcdef", "desiredRevision": "fedcba9876543210",
+                       "conditions": [{"type": "Ready", "status": "False", "reason": reason,
+                                       "message": "", "lastTransitionTime": "2026-12-01T10:02:00Z"}]},
+        }))
+        .expect("application")
+    }
+
+    #[test]
+    fn filters_keep_by_namespace_state_and_text() {
+        let apps = [
+            app("a", "web", "Synced", "Healthy", "Healthy"),
+            app("b", "api", "AwaitingApproval", "Unknown", "Progressing"),
+            app("b", "db", "Synced", "Degraded", "HealthFailure"),
+        ];
+        let kept = |f: Filter| {
+            apps.iter()
+                .filter(|a| f.keeps(a))
+                .map(|a| a.metadata.name.clone().unwrap_or_default())
+                .collect::<Vec<_>>()
+        };
+        let filter = |ns: &str, state: &str, q: &str| Filter {
+            ns: ns.into(),
+            state: state.into(),
+            q: q.into(),
+        };
+        assert_eq!(kept(filter("", "", "")), ["web", "api", "db"]);
+        assert_eq!(kept(filter("b", "", "")), ["api", "db"]);
+        assert_eq!(kept(filter("", "AwaitingApproval", "")), ["api"]);
+        assert_eq!(kept(filter("", "Degraded", "")), ["db"], "health states filter too");
+        assert_eq!(kept(filter("", "", "healthfail")), ["db"], "text matches the Ready reason");
+        assert_eq!(kept(filter("a", "Synced", "WE")), ["web"]);
+    }
+
+    #[test]
+    fn a_row_shows_states_ready_revisions_and_the_last_change_escaped() {
+        let mut odd = app("a", "web", "Synced", "Degraded", "HealthFailure");
+        odd.metadata.name = Some("<web>".into());
+        let html = application_list(&[&odd], &Filter::default(), &["a".into()]);
+        assert!(
+            html.contains(
+                r#"<td class="sync good">Synced</td><td class="health bad">Degraded</td>"#
+            ),
+            "{html}"
+        );
+        assert!(html.contains("<td>False/HealthFailure</td>"), "{html}");
+        assert!(html.contains("0123456789ab → fedcba987654"), "deployed → desired: {html}");
+        assert!(html.contains("2026-12-01T10:05:00Z"), "the newest transition: {html}");
+        assert!(html.contains("&lt;web&gt;") && !html.contains("<web>"), "{html}");
+        assert!(html.contains("1 of 1 Applications"), "{html}");
+    }
+
+    #[test]
+    fn a_rollback_refusal_is_shown_and_offers_no_button() {
+        let web = app("a", "web", "Synced", "Healthy", "Healthy");
+        let html =
+            rollback_page(&web, Err("Application web has no earlier Healthy Revision".into()), "t");
+        assert!(html.contains(r#"role="alert""#) && html.contains("no earlier Healthy Revision"));
+        assert!(!html.contains("<form"), "{html}");
+    }
+
+    #[test]
+    fn the_plan_table_lists_changes_fields_warnings_and_the_digest() {
+        let plan: PlanSummary = serde_json::from_value(json!({
+            "digest": "sha256:abc", "create": 0, "update": 1, "delete": 0, "unchanged": 2,
+            "changes": [
+                {"resource": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "a", "name": "web"},
+                 "action": "Update", "fields": [".spec.replicas"]},
+                {"resource": {"apiVersion": "v1", "kind": "Secret", "namespace": "a", "name": "keep"},
+                 "action": "Unchanged", "warning": "never pruned"},
+                {"resource": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "a", "name": "same"},
+                 "action": "Unchanged"},
+            ],
+        }))
+        .expect("plan");
+        let html = plan_table(&plan);
+        assert!(html.contains("<td>Update</td><td>apps/v1 Deployment a/web</td>"), "{html}");
+        assert!(
+            html.contains("<code>.spec.replicas</code>") && html.contains("never pruned"),
+            "{html}"
+        );
+        assert!(!html.contains("a/same"), "unchanged without a warning is only counted");
+        assert!(html.contains(r#"<code class="digest">sha256:abc</code>"#), "{html}");
+    }
 }
