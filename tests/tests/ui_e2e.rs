@@ -541,5 +541,13 @@ async fn a_thousand_applications_render_in_under_a_second_and_stay_live() -> Res
     let seen = changed.elapsed();
     println!("a state change appeared on the open page after {} ms", seen.as_millis());
     assert!(seen < Duration::from_secs(2), "{seen:?}");
+    browser.goto(&format!("{}/?state=Degraded", ui.url)).await?;
+    let degraded = browser
+        .eval("[...document.querySelectorAll('#applications tbody tr')].map(r => r.dataset.app)")
+        .await?;
+    assert_eq!(degraded, json!([format!("{namespace}/app-0500")]), "the state filter");
+    browser.goto(&format!("{}/?q=app-0999", ui.url)).await?;
+    let rows = browser.eval("document.querySelectorAll('#applications tbody tr').length").await?;
+    assert_eq!(rows, json!(1), "the text filter keeps app-0999 only");
     Ok(())
 }
