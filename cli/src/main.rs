@@ -1,8 +1,8 @@
 //! `ksync`: the Kuvryn Sync command-line interface.
 //!
-//! Cluster commands (`status`, `plan`, `sync`, `rollback`, `history`, `diagnose`, `wait`) talk to
-//! any cluster through the usual kubeconfig rules; `render --local` needs no cluster and renders
-//! with the same library functions the controller uses. Each command lives in its own module; the
+//! Cluster commands (`status`, `plan`, `sync`, `rollback`, `history`, `diagnose`, `wait`, and the
+//! web view `ui`) talk to any cluster through the usual kubeconfig rules; `render --local` needs
+//! no cluster and renders with the same library functions the controller uses. Each command lives in its own module; the
 //! decisions they make (which Revision, which exit code, what to print) are pure functions with
 //! table tests, and the modules only fetch objects and write patches around them.
 //!

@@ -260,7 +260,7 @@ fn actions(app: &Application, all: &[Revision], csrf: &str) -> String {
         out.push_str(&format!(
             r#"<form method="post" action="{href}/approve" class="action">{csrf}<input type="hidden" name="revision" value="{rev}"><input type="hidden" name="digest" value="{digest}"><button type="submit" id="approve">Approve Revision {rev}</button> <span>plan digest <code>{digest}</code></span></form>"#,
             csrf = csrf_field(csrf),
-            rev = esc(name_of(revision)),
+            rev = esc(revisions::name(revision)),
             digest = esc(&plan.digest),
         ));
     }
@@ -277,10 +277,6 @@ fn actions(app: &Application, all: &[Revision], csrf: &str) -> String {
         r#"<p><a href="{href}/rollback" id="rollback">Roll back…</a> (shows the plan first)</p>"#
     ));
     section("actions", "Actions", &out)
-}
-
-fn name_of(revision: &Revision) -> &str {
-    name(revision)
 }
 
 fn diagnosis(app: &Application) -> String {

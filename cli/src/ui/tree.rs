@@ -15,7 +15,11 @@ use kuvryn_sync_api::{Application, Diagnosis, HealthState, ResourceRef, keys};
 use kuvryn_sync_core::kstatus;
 use serde_json::Value;
 
-/// Kinds whose owned objects are shown under them, and the kinds they own.
+/// Kinds that own the objects listed in [`OWNED`]: only when the inventory holds one are those
+/// listed.
+const OWNERS: &[&str] = &["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob"];
+
+/// Owned kinds shown under their owners (by owner reference).
 const OWNED: &[(&str, &str)] = &[("apps/v1", "ReplicaSet"), ("v1", "Pod"), ("batch/v1", "Job")];
 
 /// One node of the tree.
@@ -156,7 +160,7 @@ pub async fn fetch(client: &kube::Client, app: &Application) -> Result<Vec<Node>
         }));
     }
     let mut owned = Vec::new();
-    if inventory.iter().any(|o| o["kind"] != "ConfigMap") {
+    if inventory.iter().any(|o| o["kind"].as_str().is_some_and(|k| OWNERS.contains(&k))) {
         for (api_version, kind) in OWNED {
             // Owned objects the user may not list leave the tree shorter, not the page broken.
             owned.extend(list(client, api_version, kind, dest, "").await.unwrap_or_default());
