@@ -4,7 +4,8 @@
 //! - the list shows the Applications with the states the API holds;
 //! - the broken Application's resource tree shows the diagnosis chain from its Deployment down
 //!   to the missing Secret;
-//! - a viewer's approval is refused with the API server's own words, and changes nothing;
+//! - a viewer's approval is refused with the API server's own words (RBAC), and changes nothing;
+//!   an approval of a digest that is not the plan's shows the webhook's denial the same way;
 //! - an approver's approval from the page approves the digest shown, the webhook records the
 //!   user in `sync.kuvryn.io/approved-by`, and the page shows the sync without a reload;
 //! - 1,000 Applications render in under a second (navigation timing in the browser), and a
@@ -243,6 +244,27 @@ async fn viewer_is_refused(browser: &mut Browser, env: &Env, bob: &UiProcess) ->
     Ok(())
 }
 
+/// An approval of a digest that is not the plan's (the form altered in the page) is refused by
+/// the webhook, and the page shows the webhook's words as the API server returned them.
+async fn webhook_refusal_is_shown(
+    browser: &mut Browser,
+    env: &Env,
+    alice: &UiProcess,
+) -> Result<()> {
+    browser.goto(&format!("{}/apps/{}/manual", alice.url, env.namespace)).await?;
+    let (revision, _, _) = shown_approval(browser).await?;
+    let stale = format!("sha256:{}", "0".repeat(64));
+    browser
+        .eval(&format!("document.querySelector('#approve').form.digest.value = '{stale}'"))
+        .await?;
+    let (ok, notice) = click_for_notice(browser, "#approve").await?;
+    assert!(!ok, "{notice}");
+    let words = server_words_for(env, "alice", &stale, &revision).await?;
+    assert!(notice.contains(&words), "page: {notice}\nAPI server: {words}");
+    assert!(words.contains("admission webhook") && words.contains("denied"), "{words}");
+    Ok(())
+}
+
 /// Alice approves: the digest in the form is the plan's digest shown and the Revision's; the
 /// webhook records her, and the page shows the sync without a reload.
 async fn approver_approves(
@@ -251,6 +273,7 @@ async fn approver_approves(
     alice: &UiProcess,
     commit: &str,
 ) -> Result<()> {
+    webhook_refusal_is_shown(browser, env, alice).await?;
     browser.goto(&format!("{}/apps/{}/manual", alice.url, env.namespace)).await?;
     let (revision, digest, shown) = shown_approval(browser).await?;
     assert_eq!(digest, shown, "the digest approved is the digest shown");
