@@ -10,17 +10,27 @@
 //! (a wait that timed out, a render refused), 2 on a usage error or a refusal (such as `sync`
 //! without `--yes` and without a terminal to ask on).
 
+mod check;
 mod cluster;
 mod demo;
 mod diagnose;
+mod diff;
+mod events;
+mod get;
 mod history;
+mod install;
+mod listing;
+mod logs;
 mod output;
 mod plan;
 mod render;
 mod revisions;
 mod rollback;
 mod status;
+mod suspend;
 mod sync;
+mod tree;
+mod version;
 mod wait;
 
 use std::io::Write;
@@ -64,6 +74,29 @@ enum Command {
     Diagnose(diagnose::DiagnoseArgs),
     /// Wait until an Application is healthy or synced; exit 1 on timeout or on a failure.
     Wait(wait::WaitArgs),
+    /// Suspend an Application (spec.suspend): nothing is applied, pruned or repaired until resumed.
+    Suspend(suspend::SuspendArgs),
+    /// Resume a suspended Application: the controller rolls out its desired revision again.
+    Resume(suspend::SuspendArgs),
+    /// List Repositories or ImagePolicies.
+    Get(get::GetArgs),
+    /// Draw an Application's managed objects as a tree, with health, sync state and diagnosis.
+    Tree(tree::TreeArgs),
+    /// List the Events of an Application and its Revisions (or all of the controller's); -w follows.
+    Events(events::EventsArgs),
+    /// Print the logs of the Pods of an Application's workloads.
+    Logs(logs::LogsArgs),
+    /// Plan a working copy against the cluster as the Application's service account (server-side
+    /// dry run) and print what would change; --exit-code exits 1 when something would.
+    Diff(diff::DiffArgs),
+    /// Print this client's version and the controller's and webhook's in the cluster.
+    Version(version::VersionArgs),
+    /// Check the installation: CRDs, controller, webhook and its certificate, and what you may do.
+    Check(check::CheckArgs),
+    /// Print a shell completion script: `source <(ksync completion bash)`.
+    Completion(CompletionArgs),
+    /// Print the manual page (roff), or write one per command into a folder.
+    Man(ManArgs),
     /// Render and validate a folder offline, as the controller would; no cluster needed.
     Render(render::RenderArgs),
     /// Run the whole loop on this machine: an embedded Kubernetes API with simulated workloads,
@@ -85,6 +118,27 @@ enum DocsCommand {
     /// Print the Markdown API reference (`docs/api.md`): every kind and every field with its
     /// type, default, validation and description, generated from the CRD schemas.
     Api,
+}
+
+#[derive(Debug, clap::Args)]
+struct CompletionArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    shell: clap_complete::Shell,
+}
+
+#[derive(Debug, clap::Args)]
+struct ManArgs {
+    /// Write `ksync.1` and one `ksync-COMMAND.1` per command into this folder instead.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+impl Command {
+    /// Whether the command honours `-A`; the others refuse it rather than ignore it.
+    fn honours_all_namespaces(&self) -> bool {
+        matches!(self, Command::Status(_) | Command::Get(_) | Command::Events(_))
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -136,7 +190,23 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<Outcome> {
+    if cli.kube.all_namespaces && !cli.command.honours_all_namespaces() {
+        return Err(Refused(
+            "-A/--all-namespaces applies to `status`, `get` and `events` only; this command acts \
+             in one namespace: name it with -n"
+                .to_owned(),
+        )
+        .into());
+    }
     match cli.command {
+        Command::Completion(args) => {
+            use clap::CommandFactory;
+            let mut command = Cli::command();
+            clap_complete::generate(args.shell, &mut command, "ksync", &mut std::io::stdout());
+            Ok(Outcome::Done)
+        }
+        Command::Man(args) => man(args.out.as_deref()),
+        Command::Version(args) if args.client => version::client_only(&args),
         Command::Crds => {
             let yaml = kuvryn_sync_api::crds_yaml()?;
             std::io::stdout().lock().write_all(yaml.as_bytes())?;
@@ -172,7 +242,35 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::History(args) => on_cluster(&cli.kube, async |c| history::run(c, &args).await),
         Command::Diagnose(args) => on_cluster(&cli.kube, async |c| diagnose::run(c, &args).await),
         Command::Wait(args) => on_cluster(&cli.kube, async |c| wait::run(c, &args).await),
+        Command::Suspend(args) => {
+            on_cluster(&cli.kube, async |c| suspend::run(c, &args, true).await)
+        }
+        Command::Resume(args) => {
+            on_cluster(&cli.kube, async |c| suspend::run(c, &args, false).await)
+        }
+        Command::Get(args) => on_cluster(&cli.kube, async |c| get::run(c, &args).await),
+        Command::Tree(args) => on_cluster(&cli.kube, async |c| tree::run(c, &args).await),
+        Command::Events(args) => on_cluster(&cli.kube, async |c| events::run(c, &args).await),
+        Command::Logs(args) => on_cluster(&cli.kube, async |c| logs::run(c, &args).await),
+        Command::Diff(args) => on_cluster(&cli.kube, async |c| diff::run(c, &args).await),
+        Command::Version(args) => on_cluster(&cli.kube, async |c| version::run(c, &args).await),
+        Command::Check(args) => on_cluster(&cli.kube, async |c| check::run(c, &args).await),
     }
+}
+
+/// The manual page on standard output, or every command's page written into `out`.
+fn man(out: Option<&std::path::Path>) -> anyhow::Result<Outcome> {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    match out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            clap_mangen::generate_to(command, dir)?;
+            println!("wrote the manual pages into {}", dir.display());
+        }
+        None => clap_mangen::Man::new(command).render(&mut std::io::stdout())?,
+    }
+    Ok(Outcome::Done)
 }
 
 /// Connect to the cluster `kube` names and run `command` on a small runtime.
@@ -197,6 +295,35 @@ mod tests {
         assert_eq!(exit_code_of(&anyhow::anyhow!("boom")), 1);
         let wrapped = anyhow::Error::new(Refused("no".into())).context("while syncing");
         assert_eq!(exit_code_of(&wrapped), 2);
+    }
+
+    #[test]
+    fn all_namespaces_is_refused_by_commands_that_act_in_one_namespace() {
+        let cli = Cli::try_parse_from(["ksync", "-A", "tree", "web"]).expect("parses");
+        let err = run(cli).expect_err("refused");
+        assert_eq!(exit_code_of(&err), 2);
+        assert!(err.to_string().contains("-n"), "{err}");
+    }
+
+    #[test]
+    fn the_man_page_and_completions_name_every_command() {
+        use clap::CommandFactory;
+        let mut page = Vec::new();
+        clap_mangen::Man::new(Cli::command()).render(&mut page).expect("man");
+        let page = String::from_utf8(page).expect("utf-8");
+        let mut script = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut Cli::command(),
+            "ksync",
+            &mut script,
+        );
+        let script = String::from_utf8(script).expect("utf-8");
+        for sub in Cli::command().get_subcommands() {
+            let name = sub.get_name();
+            assert!(page.contains(name), "the man page lacks {name}");
+            assert!(script.contains(name), "the completion lacks {name}");
+        }
     }
 
     #[test]

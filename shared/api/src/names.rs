@@ -434,6 +434,9 @@ pub mod keys {
     pub const HOOK_PRE_SYNC: &str = "pre-sync";
     pub const HOOK_POST_SYNC: &str = "post-sync";
     pub const HOOK_SKIP: &str = "skip";
+    /// Lease annotation (not in the reference): the leader controller's build version, written
+    /// when it is elected; `ksync version` and `ksync check` read it.
+    pub const CONTROLLER_VERSION: &str = "sync.kuvryn.io/controller-version";
 
     /// Every key above that the reference's "Labels and annotations" table defines.
     pub const ALL: &[&str] = &[
