@@ -125,7 +125,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "deployed:  no Deployment labelled app.kubernetes.io/component=controller"
+                "  deployed: no Deployment labelled app.kubernetes.io/component=controller"
             ),
             "{text}"
         );
