@@ -242,6 +242,7 @@ async fn main() -> anyhow::Result<()> {
     let mut lost_leadership = false;
     if elected {
         tracing::info!(%identity, "became the leader; reconciling");
+        record_version(&client, &args.leader_election_namespace).await;
         let controllers_stop = tokio_util::sync::CancellationToken::new();
         let image_update = if args.image_write_back {
             image_update::ImageWriteBack::enabled(
@@ -341,6 +342,20 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// Annotate the leader Lease with this build's version (`keys::CONTROLLER_VERSION`), which
+/// `ksync version` and `ksync check` read. Best effort: a failure is logged, never fatal.
+async fn record_version(client: &kube::Client, namespace: &str) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        kuvryn_sync_api::keys::CONTROLLER_VERSION: env!("CARGO_PKG_VERSION"),
+    }}});
+    let params = kube::api::PatchParams::default();
+    if let Err(err) = leases.patch(LEASE_NAME, &params, &kube::api::Patch::Merge(&patch)).await {
+        tracing::warn!(%err, "cannot record the controller's version on its Lease");
+    }
 }
 
 /// The registry client every ImagePolicy scan shares: the system roots plus `SSL_CERT_FILE` and
