@@ -53,6 +53,10 @@ const AFTER_HELP: &str = "Exit codes:\n  0  done\n  1  failure, or the condition
 struct Cli {
     #[command(flatten)]
     kube: KubeArgs,
+    /// Diagnostic log level on standard error (error, warn, info, debug, trace, or tracing
+    /// directives such as `kube=debug`); default warn. RUST_LOG, when set, wins.
+    #[arg(long, global = true, value_name = "LEVEL", value_parser = log_level)]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -176,8 +180,29 @@ fn exit_code_of(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<Refused>().is_some() { 2 } else { 1 }
 }
 
+/// A clap value parser for `--log-level`.
+fn log_level(text: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(text)
+        .map(|_| text.to_owned())
+        .map_err(|err| format!("{err}: use error, warn, info, debug or trace"))
+}
+
+/// Diagnostics on standard error: `RUST_LOG` when set, else `--log-level`, else warn.
+fn init_logging(flag: Option<&str>) {
+    let rust_log = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
+    let wanted = rust_log.as_deref().or(flag).unwrap_or("warn");
+    let filter = tracing_subscriber::EnvFilter::try_new(wanted)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(cli.log_level.as_deref());
     match run(cli) {
         Ok(Outcome::Done) => ExitCode::SUCCESS,
         Ok(Outcome::NotMet) => ExitCode::from(1),
