@@ -153,6 +153,20 @@ impl ControllerMetrics {
         );
         metrics.durations.register(registry);
         metrics.durations.touch_all();
+        // Every notification series at zero from the start, so a rate() over it (the alert
+        // rule's) is defined before the first notification.
+        for sink_type in [SinkType::Webhook, SinkType::Slack] {
+            for outcome in [
+                NotificationOutcome::Sent,
+                NotificationOutcome::Failed,
+                NotificationOutcome::Dropped,
+            ] {
+                let _ = metrics.notifications.get_or_create(&NotificationLabels {
+                    sink_type: sink_type_label(sink_type).to_owned(),
+                    outcome: outcome.as_str().to_owned(),
+                });
+            }
+        }
         metrics
     }
 
