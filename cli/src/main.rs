@@ -352,6 +352,22 @@ mod tests {
     }
 
     #[test]
+    fn docs_cli_md_covers_every_command() {
+        use clap::CommandFactory;
+        let doc = include_str!("../../docs/cli.md");
+        for sub in Cli::command().get_subcommands() {
+            let name = sub.get_name();
+            if name == "help" {
+                continue;
+            }
+            assert!(
+                doc.contains(&format!("`ksync {name}")),
+                "docs/cli.md does not cover `ksync {name}`"
+            );
+        }
+    }
+
+    #[test]
     fn the_command_line_parses() {
         use clap::CommandFactory;
         Cli::command().debug_assert();

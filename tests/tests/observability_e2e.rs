@@ -60,6 +60,34 @@ fn chart_expressions() -> Result<Vec<String>> {
     Ok(exprs)
 }
 
+/// `docs/observability.md` names every exported metric (histograms by their base name) and no
+/// metric that is not exported.
+fn assert_documented(exported: &BTreeSet<String>) -> Result<()> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/observability.md");
+    let doc = std::fs::read_to_string(&path)?;
+    let families: BTreeSet<String> = exported
+        .iter()
+        .map(|name| {
+            let base = ["_bucket", "_count", "_sum"].iter().find_map(|s| name.strip_suffix(s));
+            match base {
+                Some(base) if exported.contains(&format!("{base}_bucket")) => base.to_owned(),
+                _ => name.clone(),
+            }
+        })
+        .collect();
+    let documented: BTreeSet<String> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `kuvryn_sync_"))
+        .filter_map(|l| l.split('`').next())
+        .map(|rest| format!("kuvryn_sync_{rest}"))
+        .collect();
+    let undocumented: Vec<_> = families.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&families).collect();
+    ensure!(undocumented.is_empty(), "not in docs/observability.md: {undocumented:?}");
+    ensure!(stale.is_empty(), "in docs/observability.md but not exported: {stale:?}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_dashboard_and_the_alert_rules_use_is_exported() -> Result<()> {
     let env = env("observed", true).await?;
@@ -98,6 +126,7 @@ async fn every_metric_the_dashboard_and_the_alert_rules_use_is_exported() -> Res
     ] {
         ensure!(controller.contains(line), "{line} missing from\n{controller}");
     }
+    assert_documented(&exported)?;
     for name in ["observed-web", "observed-settings", env.namespace.as_str()] {
         ensure!(
             !controller.contains(name) && !webhook_text.contains(name),
