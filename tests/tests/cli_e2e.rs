@@ -284,15 +284,26 @@ async fn sync_approves_a_manual_application_only_with_yes_when_not_on_a_terminal
     Ok(())
 }
 
+/// A running `ksync … -w` and the lines of its standard output.
+struct Watch {
+    _child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+fn start_watch(ksync: &Ksync, args: &[&str]) -> Result<Watch> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = ksync.spawn(args)?;
+    let stdout = child.stdout.take().context("piped stdout")?;
+    Ok(Watch { _child: child, lines: tokio::io::BufReader::new(stdout).lines() })
+}
+
 /// The lines a watching `ksync … -w` prints, until one satisfies `found` (or the deadline).
 async fn read_until(
-    child: &mut tokio::process::Child,
+    watch: &mut Watch,
     what: &str,
     found: impl Fn(&str) -> bool,
 ) -> Result<Vec<String>> {
-    use tokio::io::AsyncBufReadExt;
-    let stdout = child.stdout.as_mut().context("piped stdout")?;
-    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let lines = &mut watch.lines;
     let mut seen = Vec::new();
     let deadline = kuvryn_sync_tests::application::DEADLINE;
     let reading = async {
@@ -448,11 +459,21 @@ async fn suspend_stops_a_rollout_and_the_new_read_commands_show_the_application(
     assert!(check.stdout.contains("rbac         ok"), "{}", check.stdout);
 
     // events -w: a watch started now prints the suspension's absence and the next rollout's Events.
-    let mut watch = ksync.spawn(&["events", "web", "-w"])?;
+    let mut watch = start_watch(&ksync, &["events", "web", "-w"])?;
     read_until(&mut watch, "the Events table", |l| l.starts_with("LAST-SEEN")).await?;
 
-    // suspend: a commit pushed while suspended is not rolled out.
+    // status -w prints the table, then a row per change; suspend: a commit pushed while
+    // suspended is not rolled out.
+    let mut status_watch = start_watch(&ksync, &["status", "-w", "-o", "wide"])?;
+    read_until(&mut status_watch, "the status table", |l| l.starts_with("NAME")).await?;
+    read_until(&mut status_watch, "the first row", |l| l.starts_with("web ")).await?;
     let suspended = ksync.ok(&["suspend", "web"]).await?;
+    let row = read_until(&mut status_watch, "a row after suspend", |l| {
+        l.starts_with("web ") && l.split_whitespace().nth(8) == Some("true")
+    })
+    .await?;
+    assert!(row.iter().all(|l| !l.starts_with("NAME")), "rows only: {row:?}");
+    drop(status_watch);
     assert!(suspended.contains("web suspended"), "{suspended}");
     assert!(ksync.ok(&["suspend", "web"]).await?.contains("already suspended"));
     let generation = env.api::<Application>().get("web").await?.metadata.generation;
