@@ -185,6 +185,9 @@ async fn cluster_commands_show_and_change_real_applications() -> Result<()> {
     let commit4 = env
         .push(&[("apps/bad/a.yaml", duplicate.clone()), ("apps/bad/b.yaml", duplicate)], "dup")
         .await?;
+    // The Repository has the commit before the Application exists: otherwise its first render
+    // would be of the previous commit, where apps/bad does not exist (a RenderFailure).
+    wait_fetched(&env, &commit4).await?;
     env.create_app("bad", "apps/bad", json!({})).await?;
     let started = Instant::now();
     let failed = ksync.run(&["wait", "bad", "--for", "healthy", "--timeout", "2m"]).await?;
@@ -223,6 +226,20 @@ async fn cluster_commands_show_and_change_real_applications() -> Result<()> {
     assert_eq!(missing.code, 1);
     assert!(missing.stderr.contains("ksync status -A"), "{}", missing.stderr);
     Ok(())
+}
+
+/// Wait until Repository `apps` has fetched `commit`.
+async fn wait_fetched(env: &Env, commit: &str) -> Result<()> {
+    wait_for(
+        &format!("the Repository to fetch {commit}"),
+        kuvryn_sync_tests::application::DEADLINE,
+        || async {
+            let repo = env.api::<Repository>().get("apps").await?;
+            let observed = repo.status.and_then(|s| s.observed_revision);
+            Ok(((observed.as_deref() == Some(commit)).then_some(()), format!("{observed:?}")))
+        },
+    )
+    .await
 }
 
 async fn repository_annotation(env: &Env) -> Result<Option<String>> {
@@ -484,17 +501,7 @@ async fn suspend_stops_a_rollout_and_the_new_read_commands_show_the_application(
     let v2_git = in_git(&v2);
     let v2_git: Vec<(&str, String)> = v2_git.iter().map(|(n, c)| (n.as_str(), c.clone())).collect();
     let commit2 = env.push(&v2_git, "web v2").await?;
-    wait_for(
-        "the Repository to fetch commit 2",
-        kuvryn_sync_tests::application::DEADLINE,
-        || async {
-            let repo = env.api::<Repository>().get("apps").await?;
-            let observed = repo.status.and_then(|s| s.observed_revision);
-            let fetched = observed.as_deref() == Some(commit2.as_str());
-            Ok((fetched.then_some(()), format!("{observed:?}")))
-        },
-    )
-    .await?;
+    wait_fetched(&env, &commit2).await?;
     // One more reconcile after the fetch: touching the Application triggers it, and the
     // controller logs each suspended reconcile.
     let before = env.log_count("suspended: nothing is applied");
