@@ -81,11 +81,17 @@ pub fn client_only(args: &VersionArgs) -> Result<Outcome> {
 /// Run `ksync version`.
 pub async fn run(cluster: &Cluster, args: &VersionArgs) -> Result<Outcome> {
     let namespace = &args.install.install_namespace;
-    let v = Versions {
-        client: CLIENT_VERSION.into(),
-        leader: install::leader(&cluster.client, namespace).await?,
-        components: install::components(&cluster.client, namespace).await?,
-    };
+    // What cannot be read (no access to the install namespace, say) is said, not fatal: the
+    // client's version and whatever else could be read are still printed.
+    let leader = install::leader(&cluster.client, namespace).await.unwrap_or_else(|err| {
+        eprintln!("cannot read the controller's Lease in {namespace}: {err}");
+        None
+    });
+    let components = install::components(&cluster.client, namespace).await.unwrap_or_else(|err| {
+        eprintln!("cannot list the Deployments in {namespace}: {err}");
+        Vec::new()
+    });
+    let v = Versions { client: CLIENT_VERSION.into(), leader, components };
     match args.output.format {
         Some(format) => output::print(&output::structured(format, &v)?)?,
         None => output::print(&describe(&v, namespace))?,
