@@ -25,7 +25,8 @@ pub struct KubeArgs {
     /// destination namespace of the rendered objects.
     #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// List Applications of every namespace (`status`), or watch every namespace (`ui`).
+    /// Every namespace: honoured by `status`, `get`, `events` and `ui`; refused by the commands
+    /// that act on one Application.
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
     /// Act as this user (impersonation, as kubectl's --as): approvals and rollbacks are
@@ -46,6 +47,8 @@ pub struct Cluster {
     pub namespace: String,
     /// Whether `-A` was given.
     pub all_namespaces: bool,
+    /// The configuration the client was built from (for impersonating clients).
+    pub config: kube::Config,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -85,8 +88,9 @@ pub async fn connect(args: &KubeArgs) -> Result<Cluster> {
         anyhow::bail!("--as-group needs --as USER: impersonating groups needs a user too");
     }
     let namespace = args.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
-    let client = kube::Client::try_from(config).context("cannot build a Kubernetes client")?;
-    Ok(Cluster { client, namespace, all_namespaces: args.all_namespaces })
+    let client =
+        kube::Client::try_from(config.clone()).context("cannot build a Kubernetes client")?;
+    Ok(Cluster { client, namespace, all_namespaces: args.all_namespaces, config })
 }
 
 impl Cluster {

@@ -12,30 +12,60 @@ use k8s_openapi::jiff::Timestamp;
 use kuvryn_sync_core::redact::redact_shapes;
 use serde::Serialize;
 
-/// `-o`: print the underlying objects instead of the human view.
+/// `-o`: print the underlying objects instead of the human view, or change the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     /// JSON, pretty-printed.
     Json,
     /// YAML.
     Yaml,
+    /// The table with more columns (list views only).
+    Wide,
+    /// `kind.group/name`, one per line, as kubectl prints (list views only).
+    Name,
 }
 
 /// The `-o` flag of the read commands.
 #[derive(Debug, Clone, clap::Args)]
 pub struct OutputArgs {
-    /// Print the underlying objects or status fields as JSON or YAML instead of the human view.
+    /// Print the underlying objects or status fields as JSON or YAML instead of the human view;
+    /// `wide` and `name` change the table of the list views (`status`, `get`, `tree`, `events`).
     #[arg(short = 'o', long = "output", value_enum, value_name = "FORMAT")]
     pub format: Option<Format>,
 }
 
-/// `value` as `format`, redacted.
+impl OutputArgs {
+    /// Whether `-o wide` was given.
+    pub fn wide(&self) -> bool {
+        self.format == Some(Format::Wide)
+    }
+
+    /// JSON or YAML, when one of them was asked for.
+    pub fn structured(&self) -> Option<Format> {
+        self.format.filter(|f| matches!(f, Format::Json | Format::Yaml))
+    }
+}
+
+/// `value` as `format`, redacted; `wide` and `name` are refused (this view is not a list).
 pub fn structured<T: Serialize>(format: Format, value: &T) -> Result<String> {
     let text = match format {
         Format::Json => serde_json::to_string_pretty(value)? + "\n",
         Format::Yaml => kuvryn_sync_core::yaml::to_string(value)?,
+        Format::Wide | Format::Name => {
+            return Err(crate::Refused(
+                "-o wide and -o name apply to list views (`status` without APP, `get`, `tree`, \
+                 `events`); use -o json or -o yaml here"
+                    .to_owned(),
+            )
+            .into());
+        }
     };
     Ok(redact_shapes(&text))
+}
+
+/// `kind.group/name` lines for `-o name`, as kubectl prints them.
+pub fn names(resource: &str, names: impl IntoIterator<Item = String>) -> String {
+    names.into_iter().map(|name| format!("{resource}/{name}\n")).collect()
 }
 
 /// Print `text` to standard output, redacted.

@@ -145,7 +145,8 @@ pub fn run(args: &RenderArgs, namespace: Option<&str>) -> Result<Outcome> {
     }
 }
 
-fn source(root: &Path, render_type: RenderType) -> Result<Vec<Rendered>> {
+/// Render a yaml or kustomize folder as the controller does.
+pub fn source(root: &Path, render_type: RenderType) -> Result<Vec<Rendered>> {
     let kustomize = Kustomize::new(KustomizeProgram::detect(None));
     let request = RenderRequest {
         root,
@@ -161,10 +162,35 @@ fn source(root: &Path, render_type: RenderType) -> Result<Vec<Rendered>> {
 }
 
 fn helm(root: &Path, args: &RenderArgs, namespace: &str) -> Result<Vec<Rendered>> {
+    let chart = LocalChart {
+        values_files: &args.values,
+        inline_values: None,
+        release_name: &args.release_name,
+        namespace,
+    };
+    helm_chart(root, &chart, args.helm_library.as_ref())
+}
+
+/// A local chart folder and how to render it.
+#[derive(Debug)]
+pub struct LocalChart<'a> {
+    /// Values files relative to the folder, later ones win.
+    pub values_files: &'a [String],
+    /// Inline values (`spec.source.render.helm.values`), applied over the files.
+    pub inline_values: Option<&'a Value>,
+    pub release_name: &'a str,
+    pub namespace: &'a str,
+}
+
+/// Render the chart in `root` with the Helm engine, as the controller does.
+pub fn helm_chart(
+    root: &Path,
+    chart: &LocalChart<'_>,
+    library: Option<&PathBuf>,
+) -> Result<Vec<Rendered>> {
     use kuvryn_sync_render::helm::{ChartSource, Limits, read_values_files, render};
-    let library = args
-        .helm_library
-        .clone()
+    let library = library
+        .cloned()
         .or_else(|| std::env::var_os(kuvryn_sync_helm::LIBHELM_ENV).map(PathBuf::from))
         .context(
             "--type helm needs the Helm engine: pass --helm-library FILE (libhelm_c.so from the \
@@ -174,10 +200,11 @@ fn helm(root: &Path, args: &RenderArgs, namespace: &str) -> Result<Vec<Rendered>
     let renderer = kuvryn_sync_helm::HelmRenderer::new(helper, library, Default::default())
         .map_err(|e| anyhow::anyhow!("cannot start the Helm engine: {e}"))?;
     let limits = Limits::default();
-    let files = read_values_files(root, &args.values, limits)?;
-    let values = assemble_values(&ValuesInput { files, ..Default::default() })?;
-    let chart = ChartSource::Directory { repository_root: root, path: "" };
-    Ok(render(&renderer, chart, &values, &args.release_name, namespace, limits)?)
+    let files = read_values_files(root, chart.values_files, limits)?;
+    let input = ValuesInput { files, inline: chart.inline_values.cloned(), ..Default::default() };
+    let values = assemble_values(&input)?;
+    let source = ChartSource::Directory { repository_root: root, path: "" };
+    Ok(render(&renderer, source, &values, chart.release_name, chart.namespace, limits)?)
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! `ksync status [APP]`: a table of Applications, or one Application in detail.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kuvryn_sync_api::{Application, Revision};
 
 use crate::Outcome;
 use crate::cluster::Cluster;
+use crate::listing::{self, ListArgs, View};
 use crate::output::{self, OutputArgs, age, condition, short_commit, table};
 use crate::revisions::{name, phase};
 
@@ -20,12 +21,20 @@ pub struct StatusArgs {
     pub app: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
+    #[command(flatten)]
+    pub list: ListArgs,
 }
 
 /// Run `ksync status`.
 pub async fn run(cluster: &Cluster, args: &StatusArgs) -> Result<Outcome> {
     match &args.app {
         None => list(cluster, args).await,
+        Some(_) if args.list.watch || args.list.selector.is_some() => Err(crate::Refused(
+            "-w and -l apply to the list (`ksync status` without APP); to follow one \
+             Application use `ksync wait APP` or `ksync events APP -w`"
+                .to_owned(),
+        )
+        .into()),
         Some(app) => detail(cluster, app, args).await,
     }
 }
@@ -36,29 +45,35 @@ async fn list(cluster: &Cluster, args: &StatusArgs) -> Result<Outcome> {
     } else {
         cluster.applications()
     };
-    let apps = api.list(&ListParams::default()).await.context("cannot list Applications")?;
-    let mut items = apps.items;
-    items.sort_by(|a, b| {
-        (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
-            .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
-    });
-    if let Some(format) = args.output.format {
-        return print_done(&output::structured(format, &items)?);
-    }
-    if items.is_empty() {
-        let scope = if cluster.all_namespaces {
-            "any namespace".to_owned()
-        } else {
-            format!("namespace {}", cluster.namespace)
-        };
-        return print_done(&format!("No Applications in {scope}.\n"));
-    }
-    print_done(&application_table(&items, cluster.all_namespaces, Timestamp::now()))
+    let scope = if cluster.all_namespaces {
+        "any namespace".to_owned()
+    } else {
+        format!("namespace {}", cluster.namespace)
+    };
+    let with_namespace = cluster.all_namespaces;
+    let table = move |apps: &[Application], wide: bool| {
+        application_table(apps, with_namespace, wide, Timestamp::now())
+    };
+    let view = View {
+        resource: "application.sync.kuvryn.io",
+        table: &table,
+        empty: format!("No Applications in {scope}."),
+    };
+    listing::show(api, &args.list, args.output.format, &view).await
 }
 
 /// The list view: one row per Application.
-pub fn application_table(apps: &[Application], with_namespace: bool, now: Timestamp) -> String {
+/// `wide` adds the mode, the service account and the resource counts.
+pub fn application_table(
+    apps: &[Application],
+    with_namespace: bool,
+    wide: bool,
+    now: Timestamp,
+) -> String {
     let mut header = vec!["NAME", "SYNC", "HEALTH", "DESIRED", "DEPLOYED", "READY", "AGE"];
+    if wide {
+        header.extend(["MODE", "SUSPENDED", "SERVICE-ACCOUNT", "RESOURCES"]);
+    }
     if with_namespace {
         header.insert(0, "NAMESPACE");
     }
@@ -75,6 +90,15 @@ pub fn application_table(apps: &[Application], with_namespace: bool, now: Timest
                 ready_summary(app),
                 age(now, app.metadata.creation_timestamp.as_ref()),
             ];
+            if wide {
+                let r = &status.resources;
+                row.extend([
+                    if app.spec.sync.automatic { "automatic" } else { "manual" }.to_owned(),
+                    app.spec.suspend.to_string(),
+                    status.service_account_name.clone().unwrap_or_else(|| "-".into()),
+                    format!("{}/{}/{}/{}", r.healthy, r.progressing, r.degraded, r.unknown),
+                ]);
+            }
             if with_namespace {
                 row.insert(0, app.metadata.namespace.clone().unwrap_or_default());
             }
@@ -210,7 +234,7 @@ mod tests {
                                    "message": "", "lastTransitionTime": "2026-12-01T10:01:00Z"}]}),
         );
         let fresh = app("fresh", json!({}));
-        let text = application_table(&[web, fresh], false, now());
+        let text = application_table(&[web, fresh], false, false, now());
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("NAME"), "{text}");
         assert_eq!(
@@ -221,7 +245,9 @@ mod tests {
             lines[2].split_whitespace().collect::<Vec<_>>(),
             ["fresh", "Unknown", "Unknown", "-", "-", "-", "5m"]
         );
-        let all = application_table(&[app("web", json!({}))], true, now());
+        let all = application_table(&[app("web", json!({}))], true, false, now());
+        let wide = application_table(&[app("web", json!({}))], false, true, now());
+        assert!(wide.lines().next().is_some_and(|h| h.ends_with("RESOURCES")), "{wide}");
         assert!(all.lines().nth(1).is_some_and(|l| l.starts_with("team-a")), "{all}");
     }
 

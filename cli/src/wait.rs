@@ -1,19 +1,19 @@
-//! `ksync wait APP --for healthy|synced [--timeout 5m]`: poll the Application until the
+//! `ksync wait APP --for healthy|synced [--timeout 5m]`: watch the Application until the
 //! condition holds (exit 0), a failure makes it unreachable (exit 1 at once), or the timeout
-//! passes (exit 1 with the last state). A one-line live progress is written on a terminal only.
+//! passes (exit 1 with the last state). Each change the watch delivers is evaluated; nothing is
+//! polled. A one-line live progress is written on a terminal only.
 
 use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+use futures::TryStreamExt;
+use kube::runtime::watcher;
 use kuvryn_sync_api::{Application, ConditionReason, SyncState};
 
 use crate::Outcome;
 use crate::cluster::Cluster;
 use crate::output::condition;
-
-/// How often the Application is read.
-const POLL_INTERVAL: Duration = Duration::from_millis(500);
 
 /// What to wait for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -97,42 +97,76 @@ pub fn evaluate(target: Target, app: &Application) -> Verdict {
 
 /// Run `ksync wait`.
 pub async fn run(cluster: &Cluster, args: &WaitArgs) -> Result<Outcome> {
-    let deadline = Instant::now() + args.timeout;
-    let live = std::io::stderr().is_terminal();
     let name = &args.app;
-    loop {
-        let app = cluster.application(name).await?;
-        let verdict = evaluate(args.target, &app);
-        if live {
-            eprint!("\r\x1b[2K{name}: {}", state_line(&app));
-            std::io::stderr().flush()?;
+    // Read once first: a missing Application is an error that says how to find the name.
+    let first = cluster.application(name).await?;
+    let live = std::io::stderr().is_terminal();
+    let mut last = first.clone();
+    let watching = async {
+        if let Some(outcome) = report(args, &first, live)? {
+            return Ok(outcome);
         }
-        let end = |line: String| -> Result<()> {
-            if live {
-                eprintln!();
+        let stream = watcher::watch_object(cluster.applications(), name);
+        let mut stream = std::pin::pin!(stream);
+        while let Some(found) = stream.try_next().await.context("cannot watch the Application")? {
+            let Some(app) = found else {
+                anyhow::bail!("Application {name} was deleted while waiting");
+            };
+            last = app.clone();
+            if let Some(outcome) = report(args, &app, live)? {
+                return Ok(outcome);
             }
-            crate::output::print(&line)
-        };
-        match verdict {
-            Verdict::Reached => {
-                end(format!("{name} is {}: {}\n", target_word(args.target), state_line(&app)))?;
-                return Ok(Outcome::Done);
-            }
-            Verdict::Failed(why) => {
-                end(format!("{name} failed: {why}; `ksync diagnose {name}` may say why\n"))?;
-                return Ok(Outcome::NotMet);
-            }
-            Verdict::Pending(state) if Instant::now() >= deadline => {
-                end(format!(
-                    "timed out after {:?} waiting for {name} to be {}; last state: {state}\n",
+        }
+        anyhow::bail!("the watch of Application {name} ended")
+    };
+    match tokio::time::timeout(args.timeout, watching).await {
+        Ok(outcome) => outcome,
+        Err(_) => {
+            end_line(
+                live,
+                &format!(
+                    "timed out after {:?} waiting for {name} to be {}; last state: {}\n",
                     args.timeout,
-                    target_word(args.target)
-                ))?;
-                return Ok(Outcome::NotMet);
-            }
-            Verdict::Pending(_) => tokio::time::sleep(POLL_INTERVAL).await,
+                    target_word(args.target),
+                    state_line(&last)
+                ),
+            )?;
+            Ok(Outcome::NotMet)
         }
     }
+}
+
+/// Show `app`'s state; the outcome once the wait is decided.
+fn report(args: &WaitArgs, app: &Application, live: bool) -> Result<Option<Outcome>> {
+    let name = &args.app;
+    if live {
+        eprint!("\r\x1b[2K{name}: {}", state_line(app));
+        std::io::stderr().flush()?;
+    }
+    match evaluate(args.target, app) {
+        Verdict::Reached => {
+            end_line(
+                live,
+                &format!("{name} is {}: {}\n", target_word(args.target), state_line(app)),
+            )?;
+            Ok(Some(Outcome::Done))
+        }
+        Verdict::Failed(why) => {
+            end_line(
+                live,
+                &format!("{name} failed: {why}; `ksync diagnose {name}` may say why\n"),
+            )?;
+            Ok(Some(Outcome::NotMet))
+        }
+        Verdict::Pending(_) => Ok(None),
+    }
+}
+
+fn end_line(live: bool, line: &str) -> Result<()> {
+    if live {
+        eprintln!();
+    }
+    crate::output::print(line)
 }
 
 fn target_word(target: Target) -> &'static str {

@@ -67,6 +67,7 @@ use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_core::rollback::{self, Course};
 use kuvryn_sync_core::rollout::{self, ObjectHealth};
 use kuvryn_sync_core::{dependencies, field_manager, history, inventory};
+use kuvryn_sync_runtime::durations::Reconciled;
 use kuvryn_sync_runtime::events;
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
 use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest, GitCache};
@@ -302,6 +303,7 @@ async fn reconcile(
     app: Arc<Application>,
     ctx: Arc<ApplicationContext>,
 ) -> Result<Action, ReconcileError> {
+    let _timer = ctx.metrics.durations.reconcile(Reconciled::Application);
     let namespace = app.namespace().ok_or(ReconcileError::NoNamespace)?;
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
     finalizer(&api, APPLICATION_FINALIZER, app, |event| async {
@@ -785,6 +787,7 @@ async fn plan_desired_state(
     ctx: &ApplicationContext,
     redactor: &Redactor,
 ) -> Result<Result<PlanParts, EngineError>, ReconcileError> {
+    let _timer = ctx.metrics.durations.plan();
     let recorded: Vec<_> = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let mut kinds: BTreeSet<_> = recorded.iter().cloned().collect();
     kinds.extend(desired.objects.iter().map(inventory::managed_kind));
@@ -921,9 +924,11 @@ async fn sync(
             if batch.is_empty() {
                 continue;
             }
+            let timer = ctx.metrics.durations.apply();
             if let Err(err) = engine.apply(&batch, &revision).await {
                 return engine_failure(err);
             }
+            drop(timer);
             if batch.iter().any(|o| is_crd(&o.key.group_kind)) {
                 if let Err(message) = wait_established(&client, &batch, ctx.crd_timeout).await {
                     return SyncOutcome::Failed {

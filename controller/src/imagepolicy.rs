@@ -25,6 +25,7 @@
 //! hook of the webhook sets `sync.kuvryn.io/reconcile-requested-at`), see [`triggers`], and the
 //! requeue after `spec.interval`. Scans run at most `--image-policy-concurrency` at once.
 
+use kuvryn_sync_runtime::durations::Reconciled;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,6 +54,8 @@ pub struct ImagePolicyContext {
     pub reporter: Reporter,
     /// Scans at once.
     pub concurrency: u16,
+    /// Reconcile durations.
+    pub metrics: kuvryn_sync_runtime::metrics::ControllerMetrics,
 }
 
 /// API-server trouble: the reconcile retries with backoff. Registry, credential and policy
@@ -93,6 +96,7 @@ async fn reconcile(
     policy: Arc<ImagePolicy>,
     ctx: Arc<ImagePolicyContext>,
 ) -> Result<Action, ReconcileError> {
+    let _timer = ctx.metrics.durations.reconcile(Reconciled::ImagePolicy);
     let namespace = policy.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = policy.name_any();
     let mut redactor = Redactor::new();

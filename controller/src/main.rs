@@ -18,6 +18,7 @@ mod fault;
 mod health;
 mod image_update;
 mod imagepolicy;
+mod metrics;
 mod notify;
 mod render;
 mod repository;
@@ -172,18 +173,28 @@ struct Args {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Log level (error, warn, info, debug, trace) or tracing directives such as
+    /// `info,kube=debug`; RUST_LOG, when set, wins.
+    #[arg(long, value_parser = logging::level, value_name = "LEVEL")]
+    log_level: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    logging::init(args.log_format);
+    logging::init(args.log_format, args.log_level.as_deref());
     tls::install_crypto_provider();
 
     let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
     let ops_stop = tokio_util::sync::CancellationToken::new();
     let mut registry = Registry::default();
     let metrics = ControllerMetrics::register(&mut registry);
+    let (app_states, app_state_writer) = kube::runtime::reflector::store();
+    let (repo_states, repo_state_writer) = kube::runtime::reflector::store();
+    registry.register_collector(Box::new(metrics::StateGauges {
+        applications: app_states,
+        repositories: repo_states,
+    }));
     let readiness = Readiness::default();
     let (listener, ops_addr) = ops::bind(args.metrics_bind_address)
         .await
@@ -242,7 +253,13 @@ async fn main() -> anyhow::Result<()> {
     let mut lost_leadership = false;
     if elected {
         tracing::info!(%identity, "became the leader; reconciling");
+        record_version(&client, &args.leader_election_namespace).await;
         let controllers_stop = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(fill_state_gauges(
+            client.clone(),
+            (app_state_writer, repo_state_writer),
+            controllers_stop.clone(),
+        ));
         let image_update = if args.image_write_back {
             image_update::ImageWriteBack::enabled(
                 client.clone(),
@@ -260,12 +277,14 @@ async fn main() -> anyhow::Result<()> {
             git_timeout: args.git_timeout,
             concurrency: args.repository_concurrency.max(1),
             image_update: Arc::new(image_update),
+            metrics: metrics.clone(),
         });
         let image_policies = Arc::new(imagepolicy::ImagePolicyContext {
             client: client.clone(),
             registry: Arc::clone(&registry),
             reporter: events::controller_reporter(),
             concurrency: args.image_policy_concurrency.max(1),
+            metrics: metrics.clone(),
         });
         let image_policy_controller = tokio::spawn(imagepolicy::run(
             image_policies,
@@ -341,6 +360,44 @@ async fn main() -> anyhow::Result<()> {
     }
     tracing::info!("controller stopped");
     Ok(())
+}
+
+/// Keep the state gauges' stores of Applications and Repositories current until `stop`.
+async fn fill_state_gauges(
+    client: kube::Client,
+    (applications, repositories): (
+        kube::runtime::reflector::store::Writer<kuvryn_sync_api::Application>,
+        kube::runtime::reflector::store::Writer<kuvryn_sync_api::Repository>,
+    ),
+    stop: tokio_util::sync::CancellationToken,
+) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let config = || watcher::Config::default().any_semantic();
+    let apps = reflector(applications, watcher(Api::all(client.clone()), config()))
+        .default_backoff()
+        .for_each(|_| async {});
+    let repos = reflector(repositories, watcher(Api::all(client), config()))
+        .default_backoff()
+        .for_each(|_| async {});
+    tokio::select! {
+        () = stop.cancelled() => {},
+        _ = futures::future::join(apps, repos) => {},
+    }
+}
+
+/// Annotate the leader Lease with this build's version (`keys::CONTROLLER_VERSION`), which
+/// `ksync version` and `ksync check` read. Best effort: a failure is logged, never fatal.
+async fn record_version(client: &kube::Client, namespace: &str) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        kuvryn_sync_api::keys::CONTROLLER_VERSION: env!("CARGO_PKG_VERSION"),
+    }}});
+    let params = kube::api::PatchParams::default();
+    if let Err(err) = leases.patch(LEASE_NAME, &params, &kube::api::Patch::Merge(&patch)).await {
+        tracing::warn!(%err, "cannot record the controller's version on its Lease");
+    }
 }
 
 /// The registry client every ImagePolicy scan shares: the system roots plus `SSL_CERT_FILE` and

@@ -190,6 +190,7 @@ impl Notifier {
             Arc::clone(lanes.entry(delivery.lane.clone()).or_default())
         };
         let _turn = lane.lock().await;
+        let _timer = self.metrics.durations.notification(delivery.target.sink_type);
         let mut attempt = 1;
         loop {
             let outcome = self.attempt(&delivery).await;

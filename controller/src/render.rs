@@ -121,6 +121,7 @@ pub async fn render(
     renderers: &Renderers,
     redactor: &mut Redactor,
 ) -> Result<Result<Output, Failure>, tokio::task::JoinError> {
+    let _timer = renderers.metrics.durations.render(app.spec.source.render.render_type);
     let keys = match decryption_keys(app, namespace, client).await {
         Ok(keys) => keys,
         Err(failure) => return Ok(Err(failure)),

@@ -19,6 +19,7 @@
 //! Steps 1–4 return `Err(Observation::Failed)` to end observation early with a failure reason;
 //! API-server trouble is a [`ReconcileError`] and retries with backoff.
 
+use kuvryn_sync_runtime::durations::{GitOperation, Reconciled};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +55,8 @@ pub struct RepositoryContext {
     pub concurrency: u16,
     /// Image write-back (`spec.imageUpdate`), on or off.
     pub image_update: Arc<image_update::ImageWriteBack>,
+    /// Reconcile and Git durations.
+    pub metrics: kuvryn_sync_runtime::metrics::ControllerMetrics,
 }
 
 /// Errors that make the reconcile retry with backoff (API server trouble); source, credential
@@ -110,6 +113,7 @@ async fn reconcile(
     repo: Arc<Repository>,
     ctx: Arc<RepositoryContext>,
 ) -> Result<Action, ReconcileError> {
+    let _timer = ctx.metrics.durations.reconcile(Reconciled::Repository);
     let namespace = repo.namespace().ok_or(ReconcileError::NoNamespace)?;
     let mut redactor = Redactor::new();
     let write_back = ctx.image_update.run(&repo, &namespace, &mut redactor).await?;
@@ -155,6 +159,7 @@ fn failed(reason: FailureReason, message: impl Into<String>) -> Observation {
 async fn resolve_revision(request: &FetchRequest, ctx: &RepositoryContext) -> Step<String> {
     let cache = Arc::clone(&ctx.cache);
     let request = request.clone();
+    let _timer = ctx.metrics.durations.git(GitOperation::Resolve);
     let resolved = tokio::task::spawn_blocking(move || cache.resolve(&request)).await?;
     Ok(resolved
         .map(|resolved| resolved.commit)
@@ -174,11 +179,13 @@ async fn read_discovery_inputs(
         discovery::validate_config_paths(&repo.spec.application_config_paths).unwrap_or_default();
     let cache = Arc::clone(&ctx.cache);
     let (request, tree_commit) = (request.clone(), commit.clone());
+    let timer = ctx.metrics.durations.git(GitOperation::Checkout);
     let files = tokio::task::spawn_blocking(move || -> Result<ConfigFiles, GitError> {
         let tree = cache.tree(&request, &tree_commit)?;
         Ok(paths.iter().map(|p| (p.clone(), read_config_file(tree.path(), p))).collect())
     })
     .await?;
+    drop(timer);
     let config_files = match files {
         Ok(files) => files,
         Err(err) => return Ok(Err(failed(FailureReason::SourceFailure, err.to_string()))),

@@ -116,9 +116,8 @@ impl Env {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    /// The samples of counter `name` (such as `kuvryn_sync_renders_total`) on the running
-    /// controller's `/metrics`, as (labels, value): labels as `key="value"` pairs, in order.
-    pub async fn controller_counter(&self, name: &str) -> Result<Vec<(Vec<String>, u64)>> {
+    /// The running controller's `/metrics` text (its ops address is in its log).
+    pub async fn controller_metrics_text(&self) -> Result<String> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let log = self.controller_log();
         let addr = log
@@ -131,6 +130,13 @@ impl Env {
         stream.write_all(request.as_bytes()).await?;
         let mut response = String::new();
         stream.read_to_string(&mut response).await?;
+        Ok(response)
+    }
+
+    /// The samples of counter `name` (such as `kuvryn_sync_renders_total`) on the running
+    /// controller's `/metrics`, as (labels, value): labels as `key="value"` pairs, in order.
+    pub async fn controller_counter(&self, name: &str) -> Result<Vec<(Vec<String>, u64)>> {
+        let response = self.controller_metrics_text().await?;
         let mut samples = Vec::new();
         for line in response.lines() {
             let Some(rest) = line.strip_prefix(name) else { continue };

@@ -57,6 +57,22 @@ impl Ksync {
         })
     }
 
+    /// Start `ksync ARGS` (a watch) with its standard output piped; killed when dropped.
+    pub fn spawn(&self, args: &[&str]) -> Result<tokio::process::Child> {
+        tokio::process::Command::new(&self.binary)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["-n", &self.namespace])
+            .args(args)
+            .env_remove("NO_COLOR")
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("start ksync")
+    }
+
     /// Run `ksync ARGS` and require exit code 0.
     pub async fn ok(&self, args: &[&str]) -> Result<String> {
         let run = self.run(args).await?;

@@ -259,6 +259,7 @@ fn chart_container_args() {
             format!("--leader-election-namespace={NAMESPACE}").as_str(),
             "--cache-dir=/var/cache/kuvryn-sync",
             "--log-format=json",
+            "--log-level=info",
         ]
     );
     assert_eq!(
@@ -270,8 +271,11 @@ fn chart_container_args() {
             "--tls-key-file=/tls/tls.key",
             "--metrics-bind-address=0.0.0.0:8080",
             "--log-format=json",
+            "--log-level=info",
         ]
     );
+    let debug = render(json!({"controller": {"logLevel": "debug"}}));
+    assert!(args(&debug, CONTROLLER).contains(&"--log-level=debug".to_owned()));
     let with_sa = render(json!({"controller": {"defaultServiceAccount": "deployer"}}));
     let a = args(&with_sa, CONTROLLER);
     assert_eq!(a.last().map(String::as_str), Some("--default-service-account=deployer"));
@@ -853,4 +857,38 @@ fn chart_admission_client_ca_is_mounted_and_passed_when_named() {
         .clone();
     assert_eq!(mount["mountPath"], "/etc/kuvryn-sync/admission-client-ca");
     assert_eq!(mount["readOnly"], true);
+}
+
+#[test]
+fn chart_monitoring_add_ons_are_opt_in() {
+    let r = render(json!({}));
+    assert!(r.of_kind("PrometheusRule").is_empty(), "no PrometheusRule by default");
+    assert!(
+        r.of_kind("ConfigMap").iter().all(|c| c["metadata"]["name"] != "kuvryn-sync-dashboard")
+    );
+    let r = render(
+        json!({"metrics": {"prometheusRule": {"enabled": true, "labels": {"release": "prom"}},
+                                      "dashboard": {"enabled": true}}}),
+    );
+    let rule = r.get("PrometheusRule", "kuvryn-sync");
+    assert_eq!(rule["metadata"]["labels"]["release"], "prom");
+    let alerts: Vec<&str> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    assert!(alerts.contains(&"KuvrynSyncApplicationsNotReady"), "{alerts:?}");
+    let summary = rule["spec"]["groups"][0]["rules"][0]["annotations"]["summary"].as_str();
+    assert!(
+        summary.is_some_and(|s| s.contains("{{ $labels.reason }}")),
+        "Prometheus templates survive Helm: {summary:?}"
+    );
+    let dashboard = r.get("ConfigMap", "kuvryn-sync-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: Value =
+        serde_json::from_str(dashboard["data"]["kuvryn-sync.json"].as_str().expect("data"))
+            .expect("the dashboard is JSON");
+    assert_eq!(json["uid"], "kuvryn-sync");
+    assert!(json["panels"].as_array().is_some_and(|p| p.len() > 10));
 }

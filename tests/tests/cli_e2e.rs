@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kuvryn_sync_api::{Application, Repository, SyncState, keys};
 use kuvryn_sync_tests::application::{Env, config_map, env};
 use kuvryn_sync_tests::cli::Ksync;
+use kuvryn_sync_tests::cluster::wait_for;
 use kuvryn_sync_tests::webhook::WebhookProcess;
 use serde_json::{Value, json};
 
@@ -184,6 +185,9 @@ async fn cluster_commands_show_and_change_real_applications() -> Result<()> {
     let commit4 = env
         .push(&[("apps/bad/a.yaml", duplicate.clone()), ("apps/bad/b.yaml", duplicate)], "dup")
         .await?;
+    // The Repository has the commit before the Application exists: otherwise its first render
+    // would be of the previous commit, where apps/bad does not exist (a RenderFailure).
+    wait_fetched(&env, &commit4).await?;
     env.create_app("bad", "apps/bad", json!({})).await?;
     let started = Instant::now();
     let failed = ksync.run(&["wait", "bad", "--for", "healthy", "--timeout", "2m"]).await?;
@@ -222,6 +226,20 @@ async fn cluster_commands_show_and_change_real_applications() -> Result<()> {
     assert_eq!(missing.code, 1);
     assert!(missing.stderr.contains("ksync status -A"), "{}", missing.stderr);
     Ok(())
+}
+
+/// Wait until Repository `apps` has fetched `commit`.
+async fn wait_fetched(env: &Env, commit: &str) -> Result<()> {
+    wait_for(
+        &format!("the Repository to fetch {commit}"),
+        kuvryn_sync_tests::application::DEADLINE,
+        || async {
+            let repo = env.api::<Repository>().get("apps").await?;
+            let observed = repo.status.and_then(|s| s.observed_revision);
+            Ok(((observed.as_deref() == Some(commit)).then_some(()), format!("{observed:?}")))
+        },
+    )
+    .await
 }
 
 async fn repository_annotation(env: &Env) -> Result<Option<String>> {
@@ -271,5 +289,292 @@ async fn sync_approves_a_manual_application_only_with_yes_when_not_on_a_terminal
     assert!(!approval.approved_by.is_empty());
     let history = ksync.ok(&["history", "manual"]).await?;
     assert!(history.contains(&approval.approved_by), "{history}");
+
+    // check: with the webhook registered every check passes (exit 0). The test certificates
+    // live one day, so their expiry is the one warning.
+    let check = ksync.run(&["check", "--install-namespace", "default"]).await?;
+    assert_eq!(check.code, 0, "{check:?}");
+    assert!(!check.stdout.contains("FAIL"), "{}", check.stdout);
+    let hook =
+        check.stdout.lines().find(|l| l.contains("admit.applications.sync.kuvryn.io -> https://"));
+    assert!(hook.is_some_and(|l| l.contains("certificate expires soon")), "{}", check.stdout);
+    Ok(())
+}
+
+/// A running `ksync … -w` and the lines of its standard output.
+struct Watch {
+    _child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+fn start_watch(ksync: &Ksync, args: &[&str]) -> Result<Watch> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = ksync.spawn(args)?;
+    let stdout = child.stdout.take().context("piped stdout")?;
+    Ok(Watch { _child: child, lines: tokio::io::BufReader::new(stdout).lines() })
+}
+
+/// The lines a watching `ksync … -w` prints, until one satisfies `found` (or the deadline).
+async fn read_until(
+    watch: &mut Watch,
+    what: &str,
+    found: impl Fn(&str) -> bool,
+) -> Result<Vec<String>> {
+    let lines = &mut watch.lines;
+    let mut seen = Vec::new();
+    let deadline = kuvryn_sync_tests::application::DEADLINE;
+    let reading = async {
+        while let Some(line) = lines.next_line().await? {
+            let done = found(&line);
+            seen.push(line);
+            if done {
+                return Ok::<_, anyhow::Error>(true);
+            }
+        }
+        Ok(false)
+    };
+    let done = tokio::time::timeout(deadline, reading).await;
+    ensure!(matches!(done, Ok(Ok(true))), "no line for {what} within {deadline:?}: {done:?}");
+    Ok(seen)
+}
+
+/// suspend stops a rollout (a commit pushed while suspended deploys nothing; resume deploys it),
+/// and tree, events (with -w), get, status -l/-o name/wide, diff --exit-code, version and check
+/// read the same Application.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_stops_a_rollout_and_the_new_read_commands_show_the_application() -> Result<()> {
+    let env = env("cli-ops", true).await?;
+    let ksync = Ksync::new(&env)?;
+    let ns = env.namespace.clone();
+    let v1 = [("settings.yaml", config_map("settings", "1", json!({}))), ("db.yaml", secret("db"))];
+    let in_git = |files: &[(&str, String)]| -> Vec<(String, String)> {
+        files.iter().map(|(n, c)| (format!("apps/web/{n}"), c.clone())).collect()
+    };
+    let git_v1 = in_git(&v1);
+    let git_v1: Vec<(&str, String)> = git_v1.iter().map(|(n, c)| (n.as_str(), c.clone())).collect();
+    let commit1 = env.push(&git_v1, "web v1").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_synced("web", &commit1).await?;
+
+    // tree: each managed object with its health and sync state.
+    let tree = ksync.ok(&["tree", "web"]).await?;
+    assert!(tree.starts_with(&format!("Application {ns}/web")), "{tree}");
+    let line = |kind_name: &str| {
+        tree.lines()
+            .find(|l| l.contains(kind_name))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+    };
+    let settings = line("ConfigMap settings").context("a ConfigMap line")?;
+    assert_eq!(settings[settings.len() - 2..], ["Healthy", "Synced"], "{tree}");
+    assert!(line("Secret db").is_some(), "{tree}");
+    assert_no_canary("tree", &tree);
+    let nodes = ksync.json(&["tree", "web"]).await?;
+    assert_eq!(nodes.as_array().map(Vec::len), Some(2), "{nodes}");
+
+    // events: the rollout's Events, oldest first.
+    env.wait_event("web", "DeploymentHealthy").await?;
+    let events = ksync.ok(&["events", "web"]).await?;
+    assert!(events.starts_with("LAST-SEEN"), "{events}");
+    assert!(events.contains("DeploymentHealthy"), "{events}");
+    assert!(events.contains("application/web"), "{events}");
+
+    // get repositories and imagepolicies; -o name; -l; -o wide.
+    let repos = ksync.ok(&["get", "repositories"]).await?;
+    let row = repos.lines().nth(1).context("a Repository row")?;
+    assert!(row.starts_with("apps ") && row.contains(&commit1[..12]), "{repos}");
+    assert!(row.contains("True/"), "{repos}");
+    assert_eq!(
+        ksync.ok(&["get", "repos", "-o", "name"]).await?,
+        "repository.sync.kuvryn.io/apps\n"
+    );
+    assert_eq!(
+        ksync.ok(&["get", "imagepolicies"]).await?,
+        format!("No ImagePolicies in namespace {ns}.\n")
+    );
+    assert_eq!(ksync.ok(&["status", "-o", "name"]).await?, "application.sync.kuvryn.io/web\n");
+    let none = ksync.ok(&["status", "-l", "team=nobody"]).await?;
+    assert_eq!(none, format!("No Applications in namespace {ns}.\n"));
+    let wide = ksync.ok(&["status", "-o", "wide"]).await?;
+    assert!(wide.lines().next().is_some_and(|h| h.ends_with("RESOURCES")), "{wide}");
+    assert!(wide.contains("automatic") && wide.contains("deployer"), "{wide}");
+
+    // -A is honoured by the list views and refused by the others.
+    let everywhere = ksync.ok(&["status", "-A"]).await?;
+    assert!(everywhere.starts_with("NAMESPACE"), "{everywhere}");
+    let refused = ksync.run(&["-A", "tree", "web"]).await?;
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(refused.stderr.contains("-A/--all-namespaces applies to"), "{}", refused.stderr);
+
+    // diff: an unchanged working copy exits 0, a changed one exits 1 naming the change, and
+    // neither prints the Secret value.
+    let same = local_copy(&v1)?;
+    let same_path = same.path().to_str().context("utf-8")?;
+    let unchanged = ksync.run(&["diff", "web", "--path", same_path, "--exit-code"]).await?;
+    assert_eq!(unchanged.code, 0, "{unchanged:?}");
+    assert!(
+        unchanged.stdout.contains("Plan: 0 to create, 0 to update, 0 to delete"),
+        "{unchanged:?}"
+    );
+    assert!(unchanged.stdout.contains(&format!("as {ns}/deployer")), "{}", unchanged.stdout);
+    let v2 = [
+        ("settings.yaml", config_map("settings", "2", json!({}))),
+        ("db.yaml", secret("db")),
+        ("extra.yaml", config_map("extra", "x", json!({}))),
+    ];
+    let changed = local_copy(&v2)?;
+    let changed_path = changed.path().to_str().context("utf-8")?;
+    let differs = ksync.run(&["diff", "web", "--path", changed_path, "--exit-code"]).await?;
+    assert_eq!(differs.code, 1, "{differs:?}");
+    assert!(
+        differs.stdout.contains(&format!("~ update v1 ConfigMap {ns}/settings")),
+        "{}",
+        differs.stdout
+    );
+    assert!(differs.stdout.lines().any(|l| l.trim() == ".data.value"), "{}", differs.stdout);
+    assert!(
+        differs.stdout.contains(&format!("+ create v1 ConfigMap {ns}/extra")),
+        "{}",
+        differs.stdout
+    );
+    assert!(
+        !differs.stdout.contains("\"2\"") && !differs.stdout.contains(": 2"),
+        "values are not printed"
+    );
+    assert_no_canary("diff", &differs.stdout);
+    let plain = ksync.run(&["diff", "web", "--path", changed_path]).await?;
+    assert_eq!(plain.code, 0, "without --exit-code a diff that ran exits 0: {plain:?}");
+    assert_eq!(
+        env.api::<ConfigMap>().get("settings").await?.data.and_then(|d| d.get("value").cloned()),
+        Some("1".into()),
+        "diff changed nothing"
+    );
+
+    // version: the client's, and the running controller's from its Lease.
+    let version = ksync.ok(&["version", "--install-namespace", "default"]).await?;
+    assert!(
+        version.contains(&format!("Client:     ksync {}", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+    assert!(
+        version.contains(&format!("Controller: {} (leader ", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+    assert!(version.contains("Webhook:    no Deployment"), "{version}");
+
+    // check: CRDs and controller pass; no webhook registered is a failure, exit 1.
+    let check = ksync.run(&["check", "--install-namespace", "default"]).await?;
+    assert_eq!(check.code, 1, "{check:?}");
+    assert!(check.stdout.contains("CRDs         ok"), "{}", check.stdout);
+    assert!(check.stdout.contains("controller   ok"), "{}", check.stdout);
+    assert!(
+        check
+            .stdout
+            .contains("webhook      FAIL   admit.applications.sync.kuvryn.io is not registered"),
+        "{}",
+        check.stdout
+    );
+    assert!(check.stdout.contains("rbac         ok"), "{}", check.stdout);
+
+    // events -w: a watch started now prints the suspension's absence and the next rollout's Events.
+    let mut watch = start_watch(&ksync, &["events", "web", "-w"])?;
+    read_until(&mut watch, "the Events table", |l| l.starts_with("LAST-SEEN")).await?;
+
+    // status -w prints the table, then a row per change; suspend: a commit pushed while
+    // suspended is not rolled out.
+    let mut status_watch = start_watch(&ksync, &["status", "-w", "-o", "wide"])?;
+    read_until(&mut status_watch, "the status table", |l| l.starts_with("NAME")).await?;
+    read_until(&mut status_watch, "the first row", |l| l.starts_with("web ")).await?;
+    let suspended = ksync.ok(&["suspend", "web"]).await?;
+    let row = read_until(&mut status_watch, "a row after suspend", |l| {
+        l.starts_with("web ") && l.split_whitespace().nth(8) == Some("true")
+    })
+    .await?;
+    assert!(row.iter().all(|l| !l.starts_with("NAME")), "rows only: {row:?}");
+    drop(status_watch);
+    assert!(suspended.contains("web suspended"), "{suspended}");
+    assert!(ksync.ok(&["suspend", "web"]).await?.contains("already suspended"));
+    let generation = env.api::<Application>().get("web").await?.metadata.generation;
+    env.wait_app("web", "the suspension observed", |app| {
+        app.status.as_ref().and_then(|s| s.observed_generation) == generation
+    })
+    .await?;
+    let v2_git = in_git(&v2);
+    let v2_git: Vec<(&str, String)> = v2_git.iter().map(|(n, c)| (n.as_str(), c.clone())).collect();
+    let commit2 = env.push(&v2_git, "web v2").await?;
+    wait_fetched(&env, &commit2).await?;
+    // One more reconcile after the fetch: touching the Application triggers it, and the
+    // controller logs each suspended reconcile.
+    let before = env.log_count("suspended: nothing is applied");
+    let touch = json!({"metadata": {"annotations": {"test.kuvryn.io/touch": "1"}}});
+    env.api::<Application>()
+        .patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&touch))
+        .await?;
+    wait_for(
+        "a suspended reconcile after the fetch",
+        kuvryn_sync_tests::application::DEADLINE,
+        || async {
+            let now = env.log_count("suspended: nothing is applied");
+            Ok(((now > before).then_some(()), format!("{now} suspended reconciles")))
+        },
+    )
+    .await?;
+    let settings = env.api::<ConfigMap>().get("settings").await?;
+    assert_eq!(
+        settings.data.and_then(|d| d.get("value").cloned()),
+        Some("1".into()),
+        "suspended, yet rolled out"
+    );
+    assert!(env.api::<ConfigMap>().get_opt("extra").await?.is_none(), "suspended, yet created");
+    let app = env.api::<Application>().get("web").await?;
+    assert_eq!(app.status.and_then(|s| s.deployed_revision), Some(commit1.clone()));
+
+    // resume: the held commit is rolled out, and the watching `events -w` prints its Events.
+    let resumed = ksync.ok(&["resume", "web"]).await?;
+    assert!(resumed.contains("web resumed"), "{resumed}");
+    env.wait_synced("web", &commit2).await?;
+    assert!(env.api::<ConfigMap>().get_opt("extra").await?.is_some());
+    let printed =
+        read_until(&mut watch, "a new DeploymentHealthy", |l| l.contains("DeploymentHealthy"))
+            .await?;
+    assert!(printed.iter().all(|l| !l.starts_with("LAST-SEEN")), "one header only: {printed:?}");
+    drop(watch);
+
+    // After the rollout the working copy of v2 no longer differs.
+    let now_same = ksync.run(&["diff", "web", "--path", changed_path, "--exit-code"]).await?;
+    assert_eq!(now_same.code, 0, "{now_same:?}");
+    Ok(())
+}
+
+/// A Deployment's Pods: `tree` hangs its ReplicaSet and Pod under it, and `logs` prints each
+/// container's log through pods/log with a [pod/container] prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_and_logs_reach_the_pods_of_an_applications_workloads() -> Result<()> {
+    let env = kuvryn_sync_tests::application::env_with_workloads("cli-logs", true).await?;
+    env.grant("apps", &["deployments", "replicasets"]).await?;
+    let ksync = Ksync::new(&env)?;
+    let deployment = serde_json::to_string(&json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}},
+                 "template": {"metadata": {"labels": {"app": "api"}},
+                              "spec": {"containers": [{"name": "server", "image": "registry.example/api:7"}]}}},
+    }))?;
+    let commit = env.push(&[("apps/api/deployment.yaml", deployment)], "api").await?;
+    env.create_app("api", "apps/api", json!({})).await?;
+    env.wait_synced("api", &commit).await?;
+    env.wait_ready("api", "True", "Healthy").await?;
+
+    let tree = ksync.ok(&["tree", "api"]).await?;
+    assert!(tree.contains("└── Deployment api"), "{tree}");
+    assert!(tree.lines().any(|l| l.contains("└── ReplicaSet api-")), "{tree}");
+    assert!(tree.lines().any(|l| l.contains("└── Pod api-") && l.contains("Healthy")), "{tree}");
+
+    let logs = ksync.ok(&["logs", "api"]).await?;
+    let line = logs.lines().next().context("a log line")?;
+    assert!(
+        line.starts_with("[api-") && line.contains("/server] starting registry.example/api:7"),
+        "{logs}"
+    );
+    let missing = ksync.run(&["logs", "api", "--previous"]).await?;
+    assert!(missing.stderr.contains("previous terminated container"), "{missing:?}");
     Ok(())
 }

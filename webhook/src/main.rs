@@ -79,6 +79,10 @@ struct Args {
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Log level (error, warn, info, debug, trace) or tracing directives such as
+    /// `info,kube=debug`; RUST_LOG, when set, wins.
+    #[arg(long, value_parser = logging::level, value_name = "LEVEL")]
+    log_level: Option<String>,
 }
 
 /// A duration flag that must be more than zero (a zero timeout would refuse every request).
@@ -145,7 +149,7 @@ impl TlsFiles {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    logging::init(args.log_format);
+    logging::init(args.log_format, args.log_level.as_deref());
     tls::install_crypto_provider();
 
     let admission_tls = TlsFiles {

@@ -434,6 +434,96 @@ pub mod keys {
     pub const HOOK_PRE_SYNC: &str = "pre-sync";
     pub const HOOK_POST_SYNC: &str = "post-sync";
     pub const HOOK_SKIP: &str = "skip";
+    /// Lease annotation (not in the reference): the leader controller's build version, written
+    /// when it is elected; `ksync version` and `ksync check` read it.
+    pub const CONTROLLER_VERSION: &str = "sync.kuvryn.io/controller-version";
+
+    /// Every label and annotation key the code sets or reads, with where it lives and what it
+    /// means: the "Labels and annotations" section of `docs/api.md` is generated from it.
+    pub const DOCUMENTED: &[(&str, &str)] = &[
+        (
+            APPLICATION,
+            "Label on managed objects and Revisions: the owning Application's name. Set by the controller.",
+        ),
+        (
+            APPLICATION_NAMESPACE,
+            "Label on managed objects: the owning Application's namespace. Set by the controller.",
+        ),
+        (
+            REVISION,
+            "Annotation on managed objects: the Revision object that last applied it. Set by the controller.",
+        ),
+        (
+            PRUNE,
+            "Annotation on managed objects, set by users: `disabled` keeps the object from being pruned.",
+        ),
+        (
+            HOOK,
+            "Annotation on desired objects: `pre-sync`, `post-sync` or `skip`. Read by the controller.",
+        ),
+        (
+            SYNC_WAVE,
+            "Annotation on desired objects: integer apply wave, default 0. Read by the controller.",
+        ),
+        (
+            REPOSITORY,
+            "Label on discovered Applications: the Repository that discovered it. Set by the controller.",
+        ),
+        (
+            DISCOVERED_FROM,
+            "Annotation on discovered Applications: the `.ksync.yaml` path it came from. Set by the controller.",
+        ),
+        (
+            APPROVED_REVISION,
+            "Application annotation, set by users (`ksync sync`): the Revision approved for a manual sync.",
+        ),
+        (
+            APPROVE_DIGEST,
+            "Application annotation, set by users (`ksync sync`): the plan digest the approval is for; checked by the webhook, never stored.",
+        ),
+        (APPROVED_BY, "Application annotation set by the webhook: who approved."),
+        (APPROVED_AT, "Application annotation set by the webhook: when the approval was recorded."),
+        (
+            APPROVED_DIGEST,
+            "Application annotation set by the webhook: the plan digest the approval covers.",
+        ),
+        (
+            ROLLBACK_REVISION,
+            "Application annotation, set by users (`ksync rollback`) or the controller: the source revision to roll back to.",
+        ),
+        (
+            ROLLBACK_FROM,
+            "Application annotation: the source revision rolled back from, held once the rollback completes.",
+        ),
+        (ROLLBACK_KIND, "Application annotation: `manual` or `automatic`; missing means manual."),
+        (
+            ROLLBACK_TARGET_REVISION,
+            "Application annotation, set by `ksync rollback`: the Revision object the rollback was requested to.",
+        ),
+        (
+            ROLLBACK_REQUESTED_BY,
+            "Application annotation set by the webhook: who requested the rollback.",
+        ),
+        (
+            ROLLBACK_REQUESTED_AT,
+            "Application annotation set by the webhook: when the rollback request was recorded.",
+        ),
+        (
+            ROLLBACK_TARGET_HASH,
+            "Application annotation set by the webhook: fingerprint of the chosen Revision's desired state.",
+        ),
+        (
+            RECONCILE_REQUESTED_AT,
+            "Repository annotation, set by users (`ksync sync`) and the push receivers: requests an immediate fetch.",
+        ),
+        (GIT_CREDENTIALS, "Secret label: `true` allows the Secret as Git credentials."),
+        (REGISTRY_CREDENTIALS, "Secret label: `true` allows the Secret as registry credentials."),
+        (DECRYPTION_KEY, "Secret label: `true` allows the Secret as SOPS age keys."),
+        (
+            CONTROLLER_VERSION,
+            "Annotation on the controller's leader Lease: the leader's build version, written when it is elected; read by `ksync version` and `ksync check`.",
+        ),
+    ];
 
     /// Every key above that the reference's "Labels and annotations" table defines.
     pub const ALL: &[&str] = &[

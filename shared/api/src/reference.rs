@@ -29,11 +29,58 @@ pub fn reference_markdown() -> String {
         let kind = str_at(crd, "/spec/names/kind");
         let _ = writeln!(out, "- [{kind}](#{})", kind.to_lowercase());
     }
+    out.push_str("- [Events](#events)\n- [Labels and annotations](#labels-and-annotations)\n");
     for crd in &crds {
         out.push('\n');
         kind_section(&mut out, crd);
     }
+    out.push('\n');
+    events_section(&mut out);
+    out.push('\n');
+    keys_section(&mut out);
     out
+}
+
+/// Every Event reason the code records (`EventReason`), with its type.
+fn events_section(out: &mut String) {
+    use crate::{EventReason, EventType};
+    out.push_str("## Events\n\n");
+    out.push_str(
+        "The Events Kuvryn Sync records on its own objects (`events.k8s.io/v1`, reporting \
+         controller `kuvryn-sync-controller`), from the `EventReason` type. A failure reason \
+         (the `Failure` rows) is recorded when a Revision fails or retries stop, and on a \
+         Repository as its Ready failure. `ksync events APP` lists them.\n\n",
+    );
+    out.push_str("| Reason | Type |\n|---|---|\n");
+    let mut rows: Vec<(String, Vec<&str>, bool)> = Vec::new();
+    let mut reasons = EventReason::all();
+    reasons.push(EventReason::RollbackStarted { automatic: true });
+    reasons.push(EventReason::RollbackStarted { automatic: false });
+    for reason in reasons {
+        let kind = match reason.event_type() {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        let failure = matches!(reason, EventReason::Failure(_));
+        match rows.iter_mut().find(|(name, _, _)| name == reason.as_str()) {
+            Some((_, kinds, _)) if !kinds.contains(&kind) => kinds.push(kind),
+            Some(_) => {}
+            None => rows.push((reason.as_str().to_owned(), vec![kind], failure)),
+        }
+    }
+    for (name, kinds, failure) in rows {
+        let note = if failure { " (Failure)" } else { "" };
+        let _ = writeln!(out, "| `{name}`{note} | {} |", kinds.join(" or "));
+    }
+}
+
+/// Every label and annotation key the code sets or reads (`keys::DOCUMENTED`).
+fn keys_section(out: &mut String) {
+    out.push_str("## Labels and annotations\n\n");
+    out.push_str("| Key | Where and what |\n|---|---|\n");
+    for (key, about) in crate::keys::DOCUMENTED {
+        let _ = writeln!(out, "| `{key}` | {} |", cell(about));
+    }
 }
 
 fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
@@ -220,4 +267,24 @@ fn code_list(values: &Value) -> String {
     let values: Vec<String> =
         values.as_array().into_iter().flatten().filter_map(Value::as_str).map(code).collect();
     if values.is_empty() { "none".to_owned() } else { values.join(", ") }
+}
+
+#[cfg(test)]
+mod names_tests {
+    #[test]
+    fn every_key_and_event_reason_is_in_the_reference() {
+        let markdown = super::reference_markdown();
+        for key in crate::keys::ALL {
+            assert!(
+                crate::keys::DOCUMENTED.iter().any(|(k, _)| k == key),
+                "{key} has no entry in keys::DOCUMENTED"
+            );
+            assert!(markdown.contains(&format!("| `{key}` |")), "{key} missing");
+        }
+        for reason in crate::EventReason::all() {
+            assert!(markdown.contains(&format!("| `{}`", reason.as_str())), "{reason:?} missing");
+        }
+        assert!(markdown.contains("| `PruneSkipped` | Warning |"));
+        assert!(markdown.contains("| `RollbackStarted` | Warning or Normal |"));
+    }
 }

@@ -3,6 +3,7 @@
 //! ([`signals`]), the process-wide TLS provider ([`tls`]), flag parsers ([`flags`]) and Event
 //! recording ([`events`]).
 
+pub mod durations;
 pub mod events;
 pub mod flags;
 pub mod logging;

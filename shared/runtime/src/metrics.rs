@@ -97,6 +97,23 @@ pub struct ApiRequestLabels {
     pub method: String,
 }
 
+/// The label value of a render type.
+pub fn render_type_label(render_type: RenderType) -> &'static str {
+    match render_type {
+        RenderType::Yaml => "yaml",
+        RenderType::Kustomize => "kustomize",
+        RenderType::Helm => "helm",
+    }
+}
+
+/// The label value of a sink type.
+pub fn sink_type_label(sink_type: SinkType) -> &'static str {
+    match sink_type {
+        SinkType::Webhook => "webhook",
+        SinkType::Slack => "slack",
+    }
+}
+
 /// The metrics the controller exports.
 #[derive(Clone, Debug, Default)]
 pub struct ControllerMetrics {
@@ -104,6 +121,8 @@ pub struct ControllerMetrics {
     renders: Family<RenderLabels, Counter>,
     notifications: Family<NotificationLabels, Counter>,
     api_requests: Family<ApiRequestLabels, Counter>,
+    /// The duration histograms and the reconciles in flight.
+    pub durations: crate::durations::Durations,
 }
 
 impl ControllerMetrics {
@@ -132,6 +151,22 @@ impl ControllerMetrics {
              service account), by HTTP method",
             metrics.api_requests.clone(),
         );
+        metrics.durations.register(registry);
+        metrics.durations.touch_all();
+        // Every notification series at zero from the start, so a rate() over it (the alert
+        // rule's) is defined before the first notification.
+        for sink_type in [SinkType::Webhook, SinkType::Slack] {
+            for outcome in [
+                NotificationOutcome::Sent,
+                NotificationOutcome::Failed,
+                NotificationOutcome::Dropped,
+            ] {
+                let _ = metrics.notifications.get_or_create(&NotificationLabels {
+                    sink_type: sink_type_label(sink_type).to_owned(),
+                    outcome: outcome.as_str().to_owned(),
+                });
+            }
+        }
         metrics
     }
 
@@ -143,11 +178,7 @@ impl ControllerMetrics {
 
     /// Count one render of `render_type`.
     pub fn count_render(&self, render_type: RenderType, outcome: RenderOutcome) {
-        let render_type = match render_type {
-            RenderType::Yaml => "yaml",
-            RenderType::Kustomize => "kustomize",
-            RenderType::Helm => "helm",
-        };
+        let render_type = render_type_label(render_type);
         self.renders
             .get_or_create(&RenderLabels {
                 r#type: render_type.to_owned(),
@@ -158,10 +189,7 @@ impl ControllerMetrics {
 
     /// Count one notification to a sink of `sink_type` that ended with `outcome`.
     pub fn count_notification(&self, sink_type: SinkType, outcome: NotificationOutcome) {
-        let sink_type = match sink_type {
-            SinkType::Webhook => "webhook",
-            SinkType::Slack => "slack",
-        };
+        let sink_type = sink_type_label(sink_type);
         self.notifications
             .get_or_create(&NotificationLabels {
                 sink_type: sink_type.to_owned(),
