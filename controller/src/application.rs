@@ -53,8 +53,8 @@ use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_apply::memo::DryRunMemo;
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
-    cancel_superseded, decide, learn_secret_values, previous_healthy, revision_name, run_for,
-    settle, wait_for_dependencies, with_course, with_dependencies,
+    cancel_superseded, decide, failing_source, learn_secret_values, previous_healthy,
+    revision_name, run_for, settle, wait_for_dependencies, with_course, with_dependencies,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
@@ -229,11 +229,16 @@ fn acting_as(
         .collect()
 }
 
-/// Reconcile a Repository's Applications when its observed commit moves (not on every poll).
+/// Reconcile a Repository's Applications when its observed commit moves or its Ready condition
+/// changes (a source failing or recovering), not on every poll.
 fn observed_revision(repo: &Repository) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    repo.status.as_ref().and_then(|s| s.observed_revision.as_ref()).hash(&mut hasher);
+    let status = repo.status.as_ref();
+    status.and_then(|s| s.observed_revision.as_ref()).hash(&mut hasher);
+    for c in status.iter().flat_map(|s| &s.conditions).filter(|c| c.type_ == "Ready") {
+        (&c.status, &c.reason).hash(&mut hasher);
+    }
     Some(hasher.finish())
 }
 
@@ -684,8 +689,12 @@ async fn read_source(
     };
     let follows_repository =
         wanted.is_none() || wanted == repo.spec.git.as_ref().and_then(|g| g.revision.as_deref());
-    let observed = repo.status.as_ref().and_then(|s| s.observed_revision.clone());
-    if let Some(commit) = observed.filter(|_| follows_repository) {
+    let status = repo.status.clone().unwrap_or_default();
+    let failing = failing_source(&format!("{namespace}/{repo_name}"), &status.conditions);
+    if let Some(failure) = failing.filter(|_| follows_repository) {
+        return Ok(Err(failure));
+    }
+    if let Some(commit) = status.observed_revision.filter(|_| follows_repository) {
         return Ok(Ok((commit, request)));
     }
     let cache = Arc::clone(&ctx.cache);
@@ -762,7 +771,7 @@ async fn render_and_validate(
     };
     Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)
         .map(|desired| (desired, output.chart_digest))
-        .map_err(|refusal| (FailureReason::ValidationFailure, refusal.to_string())))
+        .map_err(|refusal| (refusal.reason(), refusal.to_string())))
 }
 
 /// What step 4 found.
@@ -949,7 +958,8 @@ async fn sync(
         }
     }
     if let Err(err) = engine.delete(prune).await {
-        return engine_failure(err);
+        // Whatever stopped it (a delete RBAC refuses included), the prune failed.
+        return failure_as(FailureReason::PruneFailure, err);
     }
     let mut live_kinds: BTreeSet<GroupKind> =
         planned.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
@@ -1042,6 +1052,11 @@ async fn wait_group_healthy(
 }
 
 fn engine_failure(err: EngineError) -> SyncOutcome {
+    failure_as(err.reason(), err)
+}
+
+/// `err` as a failed sync step with `reason`, on the object it names.
+fn failure_as(reason: FailureReason, err: EngineError) -> SyncOutcome {
     let resource = match &err {
         EngineError::Apply { key, .. }
         | EngineError::Prune { key, .. }
@@ -1049,7 +1064,7 @@ fn engine_failure(err: EngineError) -> SyncOutcome {
         | EngineError::NotServed { key } => Some(key.clone()),
         _ => None,
     };
-    SyncOutcome::Failed { reason: err.reason(), message: err.to_string(), resource }
+    SyncOutcome::Failed { reason, message: err.to_string(), resource }
 }
 
 /// The objects the plan creates or updates.

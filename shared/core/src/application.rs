@@ -290,12 +290,11 @@ fn decide_planned(
         Some(RevisionPhase::Healthy) if !has_changes => {
             return watch_finished(app, current, status, planned, now);
         }
-        Some(RevisionPhase::Observing | RevisionPhase::Healthy)
+        Some(phase @ (RevisionPhase::Observing | RevisionPhase::Healthy))
             if !app.spec.sync.self_heal && deployed_here =>
         {
-            // Drift: reported, not repaired.
-            set_sync(&mut status, SyncState::Drifted, now);
-            return finish(current, status, None, Vec::new(), Step::Report);
+            let finished = phase == RevisionPhase::Healthy;
+            return report_drift(app, current, status, planned, finished, now);
         }
         Some(RevisionPhase::Failed) => {
             if let Some(fallback) = &planned.fallback {
@@ -308,6 +307,51 @@ fn decide_planned(
         _ => {}
     }
     attempt(app, current, status, planned, Mode::Rollout, redactor, now)
+}
+
+/// Drift without selfHeal: reported as sync state `Drifted`, not repaired. While the health of
+/// the desired objects is what the status says, health is not observed again (Ready and the
+/// diagnosis keep their values); once a finished rollout's health changes, Ready follows it as
+/// without drift ([`watch_finished`]), the sync state staying `Drifted`.
+fn report_drift(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    planned: &Planned,
+    finished: bool,
+    now: &Time,
+) -> Decision {
+    let health = rollout::summarise(&planned.health).state;
+    if finished && health != current.health.state {
+        let mut decision = watch_finished(app, current.clone(), status, planned, now);
+        let mut changed = decision.status.take().unwrap_or_else(|| current.clone());
+        set_sync(&mut changed, SyncState::Drifted, now);
+        decision.status = (changed != current).then_some(changed);
+        return decision;
+    }
+    set_sync(&mut status, SyncState::Drifted, now);
+    let mut decision = finish(current, status, None, Vec::new(), Step::Report);
+    if finished && !rollout::is_done(health) {
+        decision.requeue_after = Some(rollout::OBSERVE_EVERY);
+    }
+    decision
+}
+
+/// The failure of an Application's source when it follows its Repository's revision: the
+/// Repository's `Ready=False` with `SourceFailure` or `AuthenticationFailure` (the commit it
+/// observed before may be gone, or no longer readable with the credentials). Any other
+/// Repository state (a discovery refusal is `ValidationFailure`) leaves the Application on the
+/// Repository's observed commit.
+pub fn failing_source(
+    repository: &str,
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Option<(FailureReason, String)> {
+    let ready = conditions::get(conditions, ConditionType::Ready)?;
+    let reason = ready.reason.parse::<FailureReason>().ok()?;
+    let source =
+        matches!(reason, FailureReason::SourceFailure | FailureReason::AuthenticationFailure);
+    (ready.status == "False" && source)
+        .then(|| (reason, format!("Repository {repository}: {}", ready.message)))
 }
 
 /// Whether the plan changes anything.
@@ -373,7 +417,7 @@ enum Mode {
 fn decide_run(
     app: &Application,
     current: ApplicationStatus,
-    mut status: ApplicationStatus,
+    status: ApplicationStatus,
     planned: &Planned,
     run: &Run,
     redactor: &Redactor,
@@ -391,11 +435,11 @@ fn decide_run(
             Some(RevisionPhase::RolledBack | RevisionPhase::Healthy) if !has_changes => {
                 return watch_finished(app, current, status, planned, now);
             }
-            Some(RevisionPhase::RollingBack | RevisionPhase::RolledBack)
+            Some(phase @ (RevisionPhase::RollingBack | RevisionPhase::RolledBack))
                 if !app.spec.sync.self_heal =>
             {
-                set_sync(&mut status, SyncState::Drifted, now);
-                return finish(current, status, None, Vec::new(), Step::Report);
+                let finished = phase == RevisionPhase::RolledBack;
+                return report_drift(app, current, status, planned, finished, now);
             }
             Some(RevisionPhase::Failed) => {
                 if let Some(decision) = wait_or_block(app, &current, existing, now) {

@@ -3188,3 +3188,93 @@ fn a_failed_observation_is_retried_only_when_retryable() {
         assert_eq!(failed_observation_requeue(reason), requeue, "{reason:?}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Drift that changes health, and a failing source
+// ---------------------------------------------------------------------------------------------
+
+/// The health of every object of [`web`] as `state`.
+fn health_of_web(state: HealthState) -> Vec<ObjectHealth> {
+    web()
+        .objects
+        .iter()
+        .map(|o| ObjectHealth {
+            key: o.key.clone(),
+            api_version: o.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+            state,
+            message: format!("is {}", state.as_str()),
+        })
+        .collect()
+}
+
+#[test]
+fn drift_without_self_heal_keeps_ready_only_while_health_is_unchanged() {
+    let base = automatic();
+    let (first, decision) = first_sync(&base);
+    let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
+    let settled = settle(&base, &decision, &first, &done, &Redactor::new(), &at(20));
+    let mut revision_status = settled.revision.clone();
+    revision_status.phase = Some(RevisionPhase::Healthy);
+    let revision = stored(&decision, revision_status);
+    let mut status = settled.status.clone();
+    status.health.state = HealthState::Healthy;
+    set_ready(&mut status, Status::True, "Healthy", 20);
+    // (health now, Ready after, sync after, HealthDegraded sent)
+    let rows = [
+        (HealthState::Healthy, ("True", "Healthy"), false),
+        (HealthState::Degraded, ("False", "Degraded"), true),
+        (HealthState::Progressing, ("False", "Progressing"), true),
+    ];
+    for (health, (ready_status, ready_reason), degraded_event) in rows {
+        let mut app = automatic();
+        app.status = Some(status.clone());
+        let mut planned_state =
+            planned_with(&web(), drifted, PrunePlan::default(), Some(revision.clone()));
+        planned_state.health = health_of_web(health);
+        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+        let after = d.status.expect("Drifted is written");
+        assert_eq!(after.sync.state, SyncState::Drifted, "{health:?}");
+        let condition = ready(&after).expect("Ready");
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            (ready_status, ready_reason),
+            "{health:?}"
+        );
+        assert_eq!(
+            reasons(&d.events).contains(&"HealthDegraded"),
+            degraded_event,
+            "{health:?}: {:?}",
+            d.events
+        );
+        assert_eq!(d.step, Step::Report, "drift is not repaired without selfHeal");
+    }
+}
+
+#[test]
+fn a_repository_whose_source_fails_fails_the_applications_that_follow_it() {
+    let condition = |status: &str, reason: &str| {
+        vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "revision main not found".into(),
+            last_transition_time: at(1),
+            observed_generation: Some(1),
+        }]
+    };
+    let rows = [
+        (condition("False", "SourceFailure"), Some(FailureReason::SourceFailure)),
+        (condition("False", "AuthenticationFailure"), Some(FailureReason::AuthenticationFailure)),
+        // A discovery refusal does not stop the Applications already syncing.
+        (condition("False", "ValidationFailure"), None),
+        (condition("True", "FetchSucceeded"), None),
+        (Vec::new(), None),
+    ];
+    for (conditions, expected) in rows {
+        let found = failing_source("team/apps", &conditions);
+        assert_eq!(found.as_ref().map(|(r, _)| *r), expected, "{conditions:?}");
+        if let Some((_, message)) = found {
+            assert_eq!(message, "Repository team/apps: revision main not found");
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! The Application lifecycle where the API reference is precise about it, end to end with the
+//! real controller, a real Git server and the sandbox: the failure reasons of a refused prune
+//! (`PruneFailure`), of a kind the API server does not serve (`PlanFailure`) and of a
+//! `valuesFrom` read the service account may not make (`Forbidden`); drift that changes health
+//! (Ready follows health even without selfHeal); and a source that fails after the Application
+//! synced (its Repository's reason reaches the Application, nothing is pruned).
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::PostParams;
+use kuvryn_sync_api::{Application, FailureReason, SyncState};
+use kuvryn_sync_tests::application::DEADLINE;
+use kuvryn_sync_tests::application::{Env, config_map, env, env_with_workloads, ready};
+use kuvryn_sync_tests::apply::apply_raw;
+use kuvryn_sync_tests::cluster::wait_for;
+use serde_json::json;
+
+/// Service account `name` in the test namespace, allowed `verbs` on ConfigMaps and nothing else.
+async fn account_with(env: &Env, name: &str, resources: &[&str], verbs: &[&str]) -> Result<()> {
+    let kinds = kuvryn_sync_apply::kinds::Kinds::default();
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": name},
+               "rules": [{"apiGroups": [""], "resources": resources, "verbs": verbs}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name,
+                             "namespace": env.namespace}]}),
+    ];
+    for object in objects {
+        apply_raw(&env.cluster.client(), &kinds, &env.namespace, &object, "test-setup").await?;
+    }
+    Ok(())
+}
+
+/// A delete the service account may not make fails the attempt with `PruneFailure` (not
+/// `Forbidden`, which is for reading and applying), naming the object and the verb.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_prune_is_prune_failure() -> Result<()> {
+    let env = env("life-prune", true).await?;
+    account_with(&env, "keeper", &["configmaps"], &["get", "list", "watch", "create", "patch"])
+        .await?;
+    let first = env
+        .push(
+            &[
+                ("apps/web/a.yaml", config_map("stays", "1", json!({}))),
+                ("apps/web/b.yaml", config_map("goes", "1", json!({}))),
+            ],
+            "two ConfigMaps",
+        )
+        .await?;
+    env.create_app("web", "apps/web", json!({"serviceAccountName": "keeper"})).await?;
+    env.wait_synced("web", &first).await?;
+    let second = env.push_removal(&["apps/web/b.yaml"], "one less").await?;
+    // maxAttempts 1: the failure is soon RetryBlocked, which keeps it in its message.
+    let app = env
+        .wait_app("web", "Ready=False/PruneFailure, or RetryBlocked after it", |app| {
+            ready(app).is_some_and(|(s, r, m)| {
+                s == "False"
+                    && (r == "PruneFailure" || (r == "RetryBlocked" && m.contains("PruneFailure")))
+            })
+        })
+        .await?;
+    let message = ready(&app).map(|(_, _, m)| m).unwrap_or_default();
+    assert!(message.contains("goes") && message.contains("delete"), "{message}");
+    // The Revision's status is written just after the Application's.
+    wait_for("the Revision records PruneFailure", DEADLINE, || async {
+        let failure = env.revision("web", &second).await?.status.and_then(|s| s.failure);
+        let reason = failure.map(|f| f.reason);
+        Ok(((reason == Some(FailureReason::PruneFailure)).then_some(()), format!("{reason:?}")))
+    })
+    .await?;
+    assert!(env.api::<ConfigMap>().get_opt("goes").await?.is_some());
+    Ok(())
+}
+
+/// A kind the API server does not serve (and no CRD in Git defines) is a plan that cannot be
+/// built: `PlanFailure`, naming the kind, with nothing applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_server_does_not_serve_is_plan_failure() -> Result<()> {
+    let env = env("life-plan", true).await?;
+    let gadget = serde_json::to_string(&json!({
+        "apiVersion": "nowhere.example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}}))?;
+    env.push(
+        &[("apps/web/cm.yaml", config_map("beside", "1", json!({}))), ("apps/web/g.yaml", gadget)],
+        "an unknown kind",
+    )
+    .await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    let message = env.wait_failed("web", "PlanFailure").await?;
+    assert!(message.contains("Gadget"), "{message}");
+    assert!(env.api::<ConfigMap>().get_opt("beside").await?.is_none(), "applied anyway");
+    Ok(())
+}
+
+/// A `valuesFrom` Secret the service account may not read is `Forbidden`, not `RenderFailure`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_values_from_read_refused_by_rbac_is_forbidden() -> Result<()> {
+    let mut env = env("life-values", false).await?;
+    account_with(&env, "nosecrets", &["configmaps"], &["*"]).await?;
+    let library = kuvryn_sync_tests::helm::libhelm();
+    env.start_controller_with(&["--helm-library", &library.to_string_lossy()], &[])?;
+    let chart = [
+        ("apps/chart/Chart.yaml", "apiVersion: v2\nname: tiny\nversion: 0.1.0\n".to_owned()),
+        (
+            "apps/chart/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tiny\ndata:\n  v: {{ .Values.v | quote }}\n"
+                .to_owned(),
+        ),
+        ("apps/chart/values.yaml", "v: one\n".to_owned()),
+    ];
+    env.push(&chart, "a tiny chart").await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "values"},
+        "stringData": {"values.yaml": "v: two\n"}}))?;
+    env.api::<Secret>().create(&PostParams::default(), &secret).await?;
+    let helm = json!({"serviceAccountName": "nosecrets", "source": {"render": {"type": "helm",
+        "helm": {"valuesFrom": [{"kind": "Secret", "name": "values"}]}}}});
+    env.create_app("web", "apps/chart", helm).await?;
+    let message = env.wait_failed("web", "Forbidden").await?;
+    assert!(message.contains("valuesFrom") && message.contains("values"), "{message}");
+    Ok(())
+}
+
+fn deployment(name: &str, image: &str) -> String {
+    serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "progressDeadlineSeconds": 2,
+                 "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": image}]}}}}))
+    .expect("json")
+}
+
+async fn kubectl(env: &Env, args: &[&str]) -> Result<String> {
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig())
+        .args(["-n", &env.namespace])
+        .args(args)
+        .output()
+        .await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Without selfHeal, drift that changes health is not hidden: after `kubectl set image` to an
+/// image that never pulls, the Application reports Drifted and Ready follows the health
+/// (False/Degraded once the Deployment's progress deadline passes), and nothing is repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_that_changes_health_changes_ready() -> Result<()> {
+    let env = env_with_workloads("life-drift", true).await?;
+    env.grant("apps", &["deployments"]).await?;
+    env.push(&[("apps/web/d.yaml", deployment("web", "registry.example/web:1"))], "web").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    kubectl(&env, &["set", "image", "deployment/web", "app=unreachable.invalid/web:2"]).await?;
+    let app = env
+        .wait_app("web", "Drifted and Ready=False/Degraded", |app| {
+            app.status.as_ref().is_some_and(|s| s.sync.state == SyncState::Drifted)
+                && ready(app).is_some_and(|(s, r, _)| s == "False" && r == "Degraded")
+        })
+        .await?;
+    let message = ready(&app).map(|(_, _, m)| m).unwrap_or_default();
+    assert!(message.contains("web"), "{message}");
+    let image = kubectl(
+        &env,
+        &["get", "deployment/web", "-o", "jsonpath={.spec.template.spec.containers[0].image}"],
+    )
+    .await?;
+    assert_eq!(image, "unreachable.invalid/web:2", "drift was repaired without selfHeal");
+    env.wait_event("web", "HealthDegraded").await?;
+    Ok(())
+}
+
+/// A synced Application whose branch is deleted at the Git server reports its Repository's
+/// failure (`Ready=False/SourceFailure`) instead of staying Ready on the cached commit, and
+/// nothing is pruned while the source fails; the branch back, it is Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_source_reaches_the_application_and_prunes_nothing() -> Result<()> {
+    let env = env("life-source", true).await?;
+    let commit =
+        env.push(&[("apps/web/cm.yaml", config_map("kept", "1", json!({})))], "one").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    // Git refuses to push the deletion of a bare repository's HEAD branch: delete it there.
+    let deleted = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&env.repo.path)
+        .args(["update-ref", "-d", "refs/heads/main"])
+        .status()?;
+    anyhow::ensure!(deleted.success(), "git update-ref -d refs/heads/main");
+    env.announce().await?;
+    let message = env.wait_failed("web", "SourceFailure").await?;
+    assert!(message.contains("main"), "{message}");
+    assert!(env.api::<ConfigMap>().get_opt("kept").await?.is_some(), "pruned on a source failure");
+    env.repo.push(&format!("{commit}:refs/heads/main"))?;
+    env.announce().await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    let apps = env.api::<Application>();
+    let app = apps.get("web").await?;
+    assert_eq!(app.status.and_then(|s| s.deployed_revision), Some(commit));
+    Ok(())
+}
