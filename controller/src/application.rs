@@ -113,6 +113,9 @@ pub struct ApplicationContext {
     /// Every ServiceAccount's name (metadata only, kept by [`run`]'s watch): step 1 checks the
     /// Application's account here, and asks the API server only when the store has none.
     pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
+    /// Every Revision (without managed fields), kept by [`run`]'s watch: the history of a new
+    /// Revision and `spec.history.limit` read it here, never with a list per reconcile.
+    pub revisions: Store<Revision>,
 }
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
@@ -140,9 +143,10 @@ type StepResult<T> = Result<Result<T, Observation>, ReconcileError>;
 /// per-kind watches.
 pub async fn run(
     ctx: Arc<ApplicationContext>,
-    (repositories, service_accounts): (
+    (repositories, service_accounts, revisions): (
         Writer<Repository>,
         Writer<PartialObjectMeta<ServiceAccount>>,
+        Writer<Revision>,
     ),
     triggers: tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -168,6 +172,12 @@ pub async fn run(
     .reflect(service_accounts)
     .applied_objects()
     .predicate_filter(account_identity, Default::default());
+    // Kept for history, never a trigger: a Revision changes because a reconcile wrote it.
+    let revisions = watcher(Api::<Revision>::all(ctx.client.clone()), Default::default())
+        .default_backoff()
+        .modify(|revision| revision.metadata.managed_fields = None)
+        .reflect(revisions)
+        .applied_objects();
     let store = reader.clone();
     let dependency_store = reader.clone();
     let account_store = reader.clone();
@@ -191,6 +201,7 @@ pub async fn run(
         .watches_stream(accounts, move |account: PartialObjectMeta<ServiceAccount>| {
             acting_as(&account_store.state(), &account, default_account.as_deref())
         })
+        .watches_stream(revisions, |_: Revision| None::<ObjectRef<Application>>)
         .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
             triggers.recv().await.map(|request| (request, triggers))
         }));
@@ -369,7 +380,7 @@ async fn sync_application(
     // A new Revision: record the one Healthy before it, before anything is written.
     let history = match decision.revision.as_mut().filter(|_| previous.is_none()) {
         Some(revision) => {
-            let others = list_revisions(&app, &namespace, ctx).await?;
+            let others = stored_revisions(&app, &namespace, ctx).await;
             let name = revision.name_any();
             revision.status.get_or_insert_with(Default::default).previous_revision =
                 previous_healthy(&others, &name);
@@ -378,8 +389,15 @@ async fn sync_application(
         None => None,
     };
     let written = write(&app, &namespace, &decision, previous, &redactor, ctx).await?;
-    if let Some((name, others)) = history {
-        trim_history(&app, &namespace, &name, others, written, ctx).await?;
+    match history {
+        Some((name, others)) => {
+            trim_history(&app, &namespace, &name, others, written, ctx).await?;
+        }
+        None if !changes_holds(&app, &decision) => {
+            let own = stored_revisions(&app, &namespace, ctx).await;
+            delete_revisions(&app, &namespace, history::decide(&app, &own), ctx).await?;
+        }
+        None => {}
     }
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
         let outcome = sync(&app, &namespace, &decision, planned.as_ref(), ctx).await;
@@ -450,6 +468,51 @@ async fn list_revisions(
     Ok(revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items)
 }
 
+/// The Application's Revisions, from the watched store (once it has listed them all).
+async fn stored_revisions(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+) -> Vec<Revision> {
+    // Only fails once the writer is gone, at shutdown: the store is then as good as it gets.
+    let _ = ctx.revisions.wait_until_ready().await;
+    let name = app.name_any();
+    ctx.revisions
+        .state()
+        .iter()
+        .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|r| r.labels().get(keys::APPLICATION) == Some(&name))
+        .map(|r| r.as_ref().clone())
+        .collect()
+}
+
+/// Whether this reconcile requests, runs or ends a rollback: what is held may be changing, and
+/// the store may not show it yet, so `spec.history.limit` waits for a later reconcile.
+fn changes_holds(app: &Application, decision: &Decision) -> bool {
+    !decision.annotations.is_empty()
+        || !decision.others.is_empty()
+        || app.annotations().contains_key(keys::ROLLBACK_REVISION)
+}
+
+/// Delete the Revisions `spec.history.limit` no longer keeps (one already gone is fine).
+async fn delete_revisions(
+    app: &Application,
+    namespace: &str,
+    doomed: Vec<String>,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    for name in doomed {
+        match revisions.delete(&name, &Default::default()).await {
+            Ok(_) => tracing::info!(application = %app.name_any(), revision = %name,
+                "Revision deleted by spec.history.limit"),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
 /// After new Revision `current` was written (`written`, as the API server answered): cancel the
 /// Revisions it supersedes (`all`, the Application's Revisions before it), then delete those
 /// `spec.history.limit` no longer keeps.
@@ -461,7 +524,7 @@ async fn trim_history(
     written: Option<Revision>,
     ctx: &ApplicationContext,
 ) -> Result<(), kube::Error> {
-    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    all.retain(|r| r.metadata.name.as_deref() != Some(current));
     all.extend(written);
     for (name, status) in cancel_superseded(&all, current, &now()) {
         write_revision_status(namespace, &name, &status, None, ctx).await?;
@@ -469,16 +532,7 @@ async fn trim_history(
             revision.status = Some(status);
         }
     }
-    let doomed = history::decide(app, &all);
-    for name in doomed {
-        match revisions.delete(&name, &Default::default()).await {
-            Ok(_) => tracing::info!(application = %app.name_any(), revision = %name,
-                "Revision deleted by spec.history.limit"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(())
+    delete_revisions(app, namespace, history::decide(app, &all), ctx).await
 }
 
 fn now() -> Time {
