@@ -208,3 +208,69 @@ async fn a_failing_source_reaches_the_application_and_prunes_nothing() -> Result
     assert_eq!(app.status.and_then(|s| s.deployed_revision), Some(commit));
     Ok(())
 }
+
+/// Every failed Revision attempt is a failure Event, not only the one that changed Ready: a
+/// Deployment that never becomes ready under `maxAttempts: 2` fails twice with TimeoutFailure
+/// (two Events, counted in kuvryn_sync_lifecycle_events_total) before RetryBlocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failed_attempt_is_a_failure_event() -> Result<()> {
+    let env = env_with_workloads("life-events", true).await?;
+    env.grant("apps", &["deployments"]).await?;
+    let unready = serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "slow"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "slow"}},
+                 "template": {"metadata": {"labels": {"app": "slow"}},
+                              "spec": {"containers": [{"name": "app",
+                                  "image": "registry.example/slow:1",
+                                  "env": [{"name": "KSYNC_SIMULATE", "value": "unready"}],
+                                  "readinessProbe": {"httpGet": {"path": "/ready",
+                                                                 "port": 8080}}}]}}}}))?;
+    env.push(&[("apps/slow/d.yaml", unready)], "never ready").await?;
+    let policy = json!({"health": {"timeout": "2s"},
+                        "strategy": {"failurePolicy": {"maxAttempts": 2}}});
+    env.create_app("slow", "apps/slow", policy).await?;
+    env.wait_ready("slow", "False", "RetryBlocked").await?;
+    let samples = env.controller_counter("kuvryn_sync_lifecycle_events_total").await?;
+    let count = |reason: &str| {
+        let label = format!("reason=\"{reason}\"");
+        samples.iter().filter(|(labels, _)| labels.contains(&label)).map(|(_, n)| n).sum::<u64>()
+    };
+    assert_eq!(count("TimeoutFailure"), 2, "{samples:?}");
+    assert_eq!(count("RetryBlocked"), 1, "{samples:?}");
+    Ok(())
+}
+
+/// A pre-sync hook that fails during the sync step is recorded in the Revision's
+/// `status.hooks` as Failed, with the attempt's HookFailed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_sync_hook_that_fails_is_recorded_in_status_hooks() -> Result<()> {
+    let env = env_with_workloads("life-hooks", true).await?;
+    env.grant("batch", &["jobs"]).await?;
+    let job = serde_json::to_string(&json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "annotations": {kuvryn_sync_api::keys::HOOK: "pre-sync"}},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "run", "image": "registry.example/tools:1",
+                            "env": [{"name": "KSYNC_SIMULATE", "value": "crash"}]}]}}}}))?;
+    let commit = env
+        .push(
+            &[
+                ("apps/bad/job.yaml", job),
+                ("apps/bad/cm.yaml", config_map("after", "1", json!({}))),
+            ],
+            "a failing hook",
+        )
+        .await?;
+    env.create_app("bad", "apps/bad", json!({})).await?;
+    env.wait_failed("bad", "HookFailed").await?;
+    let hooks = wait_for("status.hooks records the failed hook", DEADLINE, || async {
+        let hooks = env.revision("bad", &commit).await?.status.map(|s| s.hooks).unwrap_or_default();
+        let failed = hooks
+            .iter()
+            .any(|h| h.resource.name == "migrate" && h.state == kuvryn_sync_api::HookState::Failed);
+        Ok((failed.then(|| hooks.clone()), format!("{hooks:?}")))
+    })
+    .await?;
+    assert_eq!(hooks.len(), 1, "{hooks:?}");
+    assert_eq!(hooks[0].stage, kuvryn_sync_api::HookStage::PreSync);
+    Ok(())
+}

@@ -872,7 +872,13 @@ fn attempt(
             now,
         );
         set_sync(&mut status, SyncState::OutOfSync, now);
-        events.extend(fail_ready(&mut status, app, FailureReason::ConflictFailure, &message, now));
+        events.extend(fail_attempt(
+            &mut status,
+            app,
+            FailureReason::ConflictFailure,
+            &message,
+            now,
+        ));
         let mut decision = finish(current, status, Some(revision), events, Step::Report);
         decision.requeue_after = Some(failure_requeue(app, planned, 1));
         return decision;
@@ -1238,8 +1244,11 @@ pub fn settle(
         SyncOutcome::Failed { reason, message, resource } => {
             let message = clean(redactor, message);
             fail_revision(&mut revision, *reason, &message, resource.clone(), &planned.plan, now);
+            if let Some(hook) = resource.as_ref().filter(|key| is_hook(planned, key)) {
+                record_failed_hook(&mut revision, planned, hook, &message);
+            }
             set_sync(&mut status, SyncState::OutOfSync, now);
-            events.extend(fail_ready(&mut status, app, *reason, &message, now));
+            events.extend(fail_attempt(&mut status, app, *reason, &message, now));
         }
     }
     Settled { revision, status, events: bounded(redactor, events) }
@@ -1309,7 +1318,7 @@ fn observe_rollout(
             FailureReason::HealthFailure
         };
         fail_revision(revision_status, reason, &message, resource, &planned.plan, now);
-        events.extend(fail_ready(&mut status, app, reason, &message, now));
+        events.extend(fail_attempt(&mut status, app, reason, &message, now));
         requeue_after = Some(failure_requeue(app, planned, revision_status.attempts));
     } else {
         let timeout = rollout::timeout(app);
@@ -1329,7 +1338,7 @@ fn observe_rollout(
                 &planned.plan,
                 now,
             );
-            events.extend(fail_ready(
+            events.extend(fail_attempt(
                 &mut status,
                 app,
                 FailureReason::TimeoutFailure,
@@ -1352,6 +1361,31 @@ fn observe_rollout(
 /// Whether `key` is a pre-sync or post-sync hook of `planned`'s desired state.
 fn is_hook(planned: &Planned, key: &ObjectKey) -> bool {
     planned.desired.objects.iter().any(|o| o.key == *key && o.stage != Stage::Main)
+}
+
+/// A hook that failed during the sync step (before the rollout's health is observed), recorded
+/// in `status.hooks` as `Failed` in place of what was recorded of it before.
+fn record_failed_hook(
+    revision: &mut RevisionStatus,
+    planned: &Planned,
+    hook: &ObjectKey,
+    message: &str,
+) {
+    let Some(object) = planned.desired.objects.iter().find(|o| &o.key == hook) else { return };
+    let stage = match object.stage {
+        Stage::PreSync => HookStage::PreSync,
+        Stage::PostSync => HookStage::PostSync,
+        Stage::Main => return,
+    };
+    let resource = resource_ref(hook, &planned.plan);
+    revision.hooks.retain(|h| h.resource != resource);
+    revision.hooks.truncate(MAX_HOOKS - 1);
+    revision.hooks.push(HookStatus {
+        resource,
+        stage,
+        state: HookState::Failed,
+        message: redact::truncate(message, MAX_MESSAGE),
+    });
 }
 
 /// `status.hooks`: each hook of the desired state and how it went, from its health (at most
@@ -1727,6 +1761,20 @@ fn fail_ready(
         now,
     );
     if changed { vec![(EventReason::Failure(reason), message.to_owned())] } else { Vec::new() }
+}
+
+/// A failed Revision attempt: Ready as [`fail_ready`] sets it, and the failure Event every
+/// time, whether or not Ready changes (the API reference: a failure reason Event for every
+/// Revision that failed, so a retry failing the same way is an Event too).
+fn fail_attempt(
+    status: &mut ApplicationStatus,
+    app: &Application,
+    reason: FailureReason,
+    message: &str,
+    now: &Time,
+) -> Vec<(EventReason, String)> {
+    fail_ready(status, app, reason, message, now);
+    vec![(EventReason::Failure(reason), message.to_owned())]
 }
 
 /// Failures `status.diagnosis` explains: it is kept with them (and while retries are blocked
