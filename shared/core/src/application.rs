@@ -405,7 +405,7 @@ enum Mode {
     Rollout,
     /// A rollback run (or a hold kept): `RollingBack`.
     Run {
-        /// A new run of this request: attempts start again, `RollbackStarted` goes out and the
+        /// A new run of this request: attempts start again, its start Event goes out and the
         /// Revision records the request ([`rollback::RUN`]).
         fresh: Option<(Kind, String, String)>,
         /// The approval the run carries (manual sync), decided before.
@@ -936,9 +936,14 @@ fn attempt(
     revision_status.attempts += 1;
     revision_status.started_at = Some(now.clone());
     set_rollout_condition(revision_status, revision.metadata.generation, false, now);
+    // `RollbackStarted` is the Event of a rollback a failure triggered; a manual one starts
+    // like any deployment (the API reference's Events table), saying it is a rollback.
     match started {
         Some(kind) => events.push((
-            EventReason::RollbackStarted { automatic: kind == Kind::Automatic },
+            match kind {
+                Kind::Automatic => EventReason::RollbackStarted { automatic: true },
+                Kind::Manual => EventReason::DeploymentStarted,
+            },
             format!(
                 "{} rollback: applying Revision {name} (commit {}): {}",
                 kind.as_str(),

@@ -2903,8 +2903,9 @@ fn a_rollback_run_applies_rolls_back_and_holds_the_commit_it_left() {
     let annotations = revision.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(annotations.get(rollback::RUN), Some(&request("manual", "alice", None).id()));
     assert_eq!(annotations.get(keys::ROLLBACK_REQUESTED_BY).map(String::as_str), Some("alice"));
-    assert_eq!(reasons(&started.events), ["RollbackStarted"]);
-    assert_eq!(started.events[0].0, EventReason::RollbackStarted { automatic: false });
+    // A manual rollback starts like any deployment; RollbackStarted is a failure's rollback.
+    assert_eq!(reasons(&started.events), ["DeploymentStarted"]);
+    assert!(started.events[0].1.starts_with("manual rollback: "), "{:?}", started.events);
     assert_eq!(started.annotations.get(keys::ROLLBACK_FROM), Some(&Some(C2.to_owned())));
     let app_status = started.status.clone().expect("status");
     assert_eq!(app_status.desired_revision.as_deref(), Some(C2));
@@ -3065,7 +3066,7 @@ fn under_manual_sync_a_rollback_is_approved_under_its_requester_only_while_its_f
         Vec::new(),
     );
     assert!(matches!(approved.step, Step::Sync { .. }), "{:?}", approved.step);
-    assert_eq!(reasons(&approved.events), ["RollbackApproved", "RollbackStarted"]);
+    assert_eq!(reasons(&approved.events), ["RollbackApproved", "DeploymentStarted"]);
     let record = revision_status(&approved).approval.clone().expect("an approval record");
     assert_eq!(record.approved_by, "alice");
     assert!(record.note.is_some_and(|n| n.contains("alice")));
