@@ -274,3 +274,59 @@ async fn a_pre_sync_hook_that_fails_is_recorded_in_status_hooks() -> Result<()> 
     assert_eq!(hooks[0].stage, kuvryn_sync_api::HookStage::PreSync);
     Ok(())
 }
+
+/// Exactly one notification per lifecycle event: a rollout that times out under the default
+/// `pause` policy (one attempt) sends one Failed, not a second one when retries stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_under_pause_sends_one_failed_notification() -> Result<()> {
+    use kuvryn_sync_tests::receiver::{Receiver, Script};
+    let mut env = env_with_workloads("life-notify", false).await?;
+    env.grant("apps", &["deployments"]).await?;
+    let receiver = Receiver::start(Script::Accept).await?;
+    let bundle = receiver.ca_bundle();
+    let bundle = bundle.to_str().unwrap_or_default().to_owned();
+    env.start_controller(&[("SSL_CERT_FILE", &bundle)])?;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "audit-secret"},
+        "stringData": {"url": receiver.url, "hmacKey": "lifecycle-e2e-hmac"}}))?;
+    env.api::<Secret>().create(&PostParams::default(), &secret).await?;
+    let sink: kuvryn_sync_api::NotificationSink = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "NotificationSink",
+        "metadata": {"name": "audit"},
+        "spec": {"type": "webhook", "secretRef": {"name": "audit-secret"}}}))?;
+    env.api::<kuvryn_sync_api::NotificationSink>().create(&PostParams::default(), &sink).await?;
+    let unready = serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "slow"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "slow"}},
+                 "template": {"metadata": {"labels": {"app": "slow"}},
+                              "spec": {"containers": [{"name": "app",
+                                  "image": "registry.example/slow:1",
+                                  "env": [{"name": "KSYNC_SIMULATE", "value": "unready"}],
+                                  "readinessProbe": {"httpGet": {"path": "/ready",
+                                                                 "port": 8080}}}]}}}}))?;
+    env.push(&[("apps/slow/d.yaml", unready)], "never ready").await?;
+    let spec = json!({"health": {"timeout": "2s"},
+        "notifications": [{"sinkRef": {"name": "audit"}, "events": ["Healthy", "Failed"]}]});
+    env.create_app("slow", "apps/slow", spec).await?;
+    env.wait_ready("slow", "False", "RetryBlocked").await?;
+    env.wait_event("slow", "RetryBlocked").await?;
+    // A sink receives its notifications in order: once a fixed commit's Healthy arrives, any
+    // second Failed would have arrived before it.
+    let ready = serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "slow"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "slow"}},
+                 "template": {"metadata": {"labels": {"app": "slow"}},
+                              "spec": {"containers": [{"name": "app",
+                                  "image": "registry.example/slow:2"}]}}}}))?;
+    env.push(&[("apps/slow/d.yaml", ready)], "ready").await?;
+    env.wait_ready("slow", "True", "Healthy").await?;
+    wait_for("the Healthy notification", DEADLINE, || async {
+        let healthy = receiver.with("event", "Healthy");
+        Ok(((!healthy.is_empty()).then_some(()), format!("{:?}", receiver.received())))
+    })
+    .await?;
+    let failed = receiver.with("event", "Failed");
+    assert_eq!(failed.len(), 1, "{:?}", receiver.received());
+    assert!(failed[0].json()["message"].as_str().is_some_and(|m| m.contains("slow")));
+    Ok(())
+}
