@@ -859,7 +859,9 @@ async fn plan_desired_state(
             Err(err) => return Ok(Err(err)),
         };
     let revision = revision_name(&name, commit, &desired.hash);
-    let observations = match engine.observe(&desired.objects, &revision, &found.live()).await {
+    let mut live = found.live();
+    read_unlisted(engine, &desired.objects, &found.unlisted, &mut live).await;
+    let observations = match engine.observe(&desired.objects, &revision, &live).await {
         Ok(observations) => observations,
         Err(err) => return Ok(Err(err)),
     };
@@ -879,7 +881,6 @@ async fn plan_desired_state(
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     let existing = revisions.get_opt(&revision).await?;
     let rules = ctx.health_rules.current();
-    let live = found.live();
     let health = health_of(&rules, &desired.objects, &live, &now());
     let diagnosis =
         diagnose::diagnose(client, &ctx.kinds, &desired.objects, &live, &health, redactor).await;
@@ -891,6 +892,23 @@ async fn plan_desired_state(
         health,
         diagnosis,
     }))
+}
+
+/// The desired objects of the kinds the service account may not list
+/// (`PruneInventoryIncomplete`), read one by one into `live`: they are planned against their
+/// live state and their health observed like any other, instead of looking absent. An object
+/// that cannot be read either stays absent.
+async fn read_unlisted(
+    engine: &Engine<'_>,
+    objects: &[DesiredObject],
+    unlisted: &[GroupKind],
+    live: &mut std::collections::BTreeMap<ObjectKey, serde_json::Value>,
+) {
+    for object in objects.iter().filter(|o| unlisted.contains(&o.key.group_kind)) {
+        if let Ok(Some(found)) = engine.live(object).await {
+            live.insert(object.key.clone(), found);
+        }
+    }
 }
 
 /// One `InvalidHealthCheck` Warning per HealthCheck rule that is invalid for a kind this sync

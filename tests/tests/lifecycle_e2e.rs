@@ -330,3 +330,25 @@ async fn a_timeout_under_pause_sends_one_failed_notification() -> Result<()> {
     assert!(failed[0].json()["message"].as_str().is_some_and(|m| m.contains("slow")));
     Ok(())
 }
+
+/// A service account that may not list a managed kind (`PruneInventoryIncomplete`) still has
+/// its desired objects of that kind read one by one, so their health is observed and the
+/// rollout ends Healthy instead of a false TimeoutFailure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_of_a_kind_the_account_may_not_list_are_still_observed() -> Result<()> {
+    let env = env("life-unlisted", true).await?;
+    account_with(&env, "nolist", &["configmaps"], &["get", "create", "patch", "update"]).await?;
+    let commit =
+        env.push(&[("apps/web/cm.yaml", config_map("seen", "1", json!({})))], "one").await?;
+    env.create_app(
+        "web",
+        "apps/web",
+        json!({"serviceAccountName": "nolist",
+                                            "health": {"timeout": "3s"}}),
+    )
+    .await?;
+    env.wait_event("web", "PruneInventoryIncomplete").await?;
+    let message = env.wait_ready("web", "True", "Healthy").await?;
+    assert!(message.contains(&commit), "{message}");
+    Ok(())
+}
