@@ -45,7 +45,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
     Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthState,
-    PlanAction, Repository, Revision, RevisionPhase, RevisionStatus, keys,
+    NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus, keys,
 };
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
@@ -178,6 +178,12 @@ pub async fn run(
         .modify(|revision| revision.metadata.managed_fields = None)
         .reflect(revisions)
         .applied_objects();
+    // A sink created, changed or deleted re-checks the Applications subscribed to it (sinks have
+    // no status: every event is a change of the sink).
+    let sinks = watcher(Api::<NotificationSink>::all(ctx.client.clone()), Default::default())
+        .default_backoff()
+        .touched_objects();
+    let sink_store = reader.clone();
     let store = reader.clone();
     let dependency_store = reader.clone();
     let account_store = reader.clone();
@@ -202,6 +208,9 @@ pub async fn run(
             acting_as(&account_store.state(), &account, default_account.as_deref())
         })
         .watches_stream(revisions, |_: Revision| None::<ObjectRef<Application>>)
+        .watches_stream(sinks, move |sink: NotificationSink| {
+            subscribed_to(&sink_store.state(), &sink)
+        })
         .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
             triggers.recv().await.map(|request| (request, triggers))
         }));
@@ -236,6 +245,20 @@ fn acting_as(
             inventory::service_account(app.spec.service_account_name.as_deref(), default)
                 == Some(name.as_str())
         })
+        .map(|app| ObjectRef::from_obj(app.as_ref()))
+        .collect()
+}
+
+/// The Applications of `sink`'s namespace with a subscription to it.
+fn subscribed_to(
+    applications: &[Arc<Application>],
+    sink: &NotificationSink,
+) -> Vec<ObjectRef<Application>> {
+    let name = sink.name_any();
+    applications
+        .iter()
+        .filter(|app| app.namespace() == sink.namespace())
+        .filter(|app| app.spec.notifications.iter().any(|s| s.sink_ref.name == name))
         .map(|app| ObjectRef::from_obj(app.as_ref()))
         .collect()
 }

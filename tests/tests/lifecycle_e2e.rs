@@ -352,3 +352,48 @@ async fn objects_of_a_kind_the_account_may_not_list_are_still_observed() -> Resu
     assert!(message.contains(&commit), "{message}");
     Ok(())
 }
+
+/// An Application reacts within seconds, not at the resync, to the NotificationSink it
+/// subscribes to: missing, it is NotificationsReady=False/SinkInvalid; created (its Secret
+/// first), NotificationsReady=True/SinksReady follows at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_created_later_is_seen_within_seconds() -> Result<()> {
+    let env = env("life-sink", true).await?;
+    env.push(&[("apps/web/cm.yaml", config_map("web", "1", json!({})))], "one").await?;
+    let spec = json!({"notifications": [{"sinkRef": {"name": "audit"}, "events": ["Failed"]}]});
+    env.create_app("web", "apps/web", spec).await?;
+    let notifications = |app: &Application| {
+        app.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "NotificationsReady")
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    env.wait_app("web", "NotificationsReady=False/SinkInvalid", |app| {
+        notifications(app) == Some(("False".into(), "SinkInvalid".into()))
+    })
+    .await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "audit-secret"},
+        "stringData": {"url": "https://127.0.0.1:9/hook", "hmacKey": "lifecycle-e2e-hmac"}}))?;
+    env.api::<Secret>().create(&PostParams::default(), &secret).await?;
+    let sink: kuvryn_sync_api::NotificationSink = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "NotificationSink",
+        "metadata": {"name": "audit"},
+        "spec": {"type": "webhook", "secretRef": {"name": "audit-secret"}}}))?;
+    env.api::<kuvryn_sync_api::NotificationSink>().create(&PostParams::default(), &sink).await?;
+    let start = std::time::Instant::now();
+    wait_for("NotificationsReady=True within 10 s", std::time::Duration::from_secs(10), || async {
+        let app = env.api::<Application>().get("web").await?;
+        let seen = notifications(&app);
+        Ok((
+            (seen == Some(("True".into(), "SinksReady".into()))).then_some(()),
+            format!("{seen:?}"),
+        ))
+    })
+    .await?;
+    println!("sink seen in {:?}", start.elapsed());
+    Ok(())
+}
