@@ -44,8 +44,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
-    Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthState,
-    NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus, keys,
+    Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthCheck,
+    HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
+    keys,
 };
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
@@ -184,6 +185,11 @@ pub async fn run(
         .default_backoff()
         .touched_objects();
     let sink_store = reader.clone();
+    // A HealthCheck created, changed or deleted re-observes the Applications managing its kind.
+    let health_checks = watcher(Api::<HealthCheck>::all(ctx.client.clone()), Default::default())
+        .default_backoff()
+        .touched_objects();
+    let managing_store = reader.clone();
     let store = reader.clone();
     let dependency_store = reader.clone();
     let account_store = reader.clone();
@@ -210,6 +216,9 @@ pub async fn run(
         .watches_stream(revisions, |_: Revision| None::<ObjectRef<Application>>)
         .watches_stream(sinks, move |sink: NotificationSink| {
             subscribed_to(&sink_store.state(), &sink)
+        })
+        .watches_stream(health_checks, move |check: HealthCheck| {
+            managing(&managing_store.state(), &check.spec.group, &check.spec.kind)
         })
         .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
             triggers.recv().await.map(|request| (request, triggers))
@@ -244,6 +253,23 @@ fn acting_as(
         .filter(|app| {
             inventory::service_account(app.spec.service_account_name.as_deref(), default)
                 == Some(name.as_str())
+        })
+        .map(|app| ObjectRef::from_obj(app.as_ref()))
+        .collect()
+}
+
+/// The Applications whose inventory (`status.managedKinds`) holds kind `group`/`kind`.
+fn managing(
+    applications: &[Arc<Application>],
+    group: &str,
+    kind: &str,
+) -> Vec<ObjectRef<Application>> {
+    applications
+        .iter()
+        .filter(|app| {
+            app.status.iter().flat_map(|s| &s.managed_kinds).any(|k| {
+                k.kind == kind && kuvryn_sync_core::desired::group_of(&k.api_version) == group
+            })
         })
         .map(|app| ObjectRef::from_obj(app.as_ref()))
         .collect()

@@ -397,3 +397,38 @@ async fn a_sink_created_later_is_seen_within_seconds() -> Result<()> {
     println!("sink seen in {:?}", start.elapsed());
     Ok(())
 }
+
+/// A HealthCheck created for a kind an Application already manages re-observes that
+/// Application within seconds: a rule marking its ConfigMaps Degraded turns a Healthy
+/// Application Ready=False/Degraded without a new commit or the resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_change_is_seen_within_seconds() -> Result<()> {
+    let env = env("life-check", true).await?;
+    let ns = env.namespace.clone();
+    env.push(&[("apps/web/cm.yaml", config_map("marked", "1", json!({})))], "one").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    let check: kuvryn_sync_api::HealthCheck = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+        "metadata": {"name": format!("{ns}-configmaps")},
+        "spec": {"group": "", "kind": "ConfigMap", "rules": [
+            {"expression": format!("object.metadata.namespace == '{ns}'"),
+             "state": "Degraded", "message": "marked by the test"}]}}))?;
+    let checks = kube::Api::<kuvryn_sync_api::HealthCheck>::all(env.cluster.client());
+    checks.create(&PostParams::default(), &check).await?;
+    let seen = wait_for(
+        "Ready=False/Degraded within 10 s",
+        std::time::Duration::from_secs(10),
+        || async {
+            let app = env.api::<Application>().get("web").await?;
+            let now = ready(&app);
+            let degraded = now.as_ref().is_some_and(|(s, r, _)| s == "False" && r == "Degraded");
+            Ok((degraded.then(|| now.clone()), format!("{now:?}")))
+        },
+    )
+    .await;
+    checks.delete(&format!("{ns}-configmaps"), &Default::default()).await?;
+    let message = seen?.map(|(_, _, m)| m).unwrap_or_default();
+    assert!(message.contains("marked by the test"), "{message}");
+    Ok(())
+}
