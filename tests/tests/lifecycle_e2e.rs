@@ -1,9 +1,14 @@
 //! The Application lifecycle where the API reference is precise about it, end to end with the
-//! real controller, a real Git server and the sandbox: the failure reasons of a refused prune
-//! (`PruneFailure`), of a kind the API server does not serve (`PlanFailure`) and of a
-//! `valuesFrom` read the service account may not make (`Forbidden`); drift that changes health
-//! (Ready follows health even without selfHeal); and a source that fails after the Application
-//! synced (its Repository's reason reaches the Application, nothing is pruned).
+//! real controller, a real Git server and the sandbox (issue 25's numbered behaviours):
+//! - reasons: a refused prune is `PruneFailure`, a kind the API server does not serve
+//!   `PlanFailure`, a `valuesFrom` read RBAC refuses `Forbidden` (3);
+//! - drift that changes health moves Ready even without selfHeal (1);
+//! - a Repository's source failure reaches the Applications following it, nothing pruned (2);
+//! - a failure Event for every failed attempt, `status.hooks` recording a pre-sync hook that
+//!   failed during the sync, one notification per lifecycle event (7);
+//! - objects of a kind the service account may not list are still observed (9);
+//! - a NotificationSink or a HealthCheck changing re-checks the Applications it concerns within
+//!   seconds, not at the resync (8).
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
