@@ -173,24 +173,7 @@ pub async fn run(
     .reflect(service_accounts)
     .applied_objects()
     .predicate_filter(account_identity, Default::default());
-    // Kept for history, never a trigger: a Revision changes because a reconcile wrote it.
-    let revisions = watcher(Api::<Revision>::all(ctx.client.clone()), Default::default())
-        .default_backoff()
-        .modify(|revision| revision.metadata.managed_fields = None)
-        .reflect(revisions)
-        .applied_objects();
-    // A sink created, changed or deleted re-checks the Applications subscribed to it (sinks have
-    // no status: every event is a change of the sink).
-    let sinks = watcher(Api::<NotificationSink>::all(ctx.client.clone()), Default::default())
-        .default_backoff()
-        .touched_objects();
-    let sink_store = reader.clone();
-    // A HealthCheck created, changed or deleted re-observes the Applications managing its kind.
-    let health_checks = watcher(Api::<HealthCheck>::all(ctx.client.clone()), Default::default())
-        .default_backoff()
-        .touched_objects();
-    let managing_store = reader.clone();
-    let store = reader.clone();
+    let (store, reads) = (reader.clone(), reader.clone());
     let dependency_store = reader.clone();
     let account_store = reader.clone();
     let default_account = ctx.default_service_account.clone();
@@ -213,21 +196,47 @@ pub async fn run(
         .watches_stream(accounts, move |account: PartialObjectMeta<ServiceAccount>| {
             acting_as(&account_store.state(), &account, default_account.as_deref())
         })
-        .watches_stream(revisions, |_: Revision| None::<ObjectRef<Application>>)
-        .watches_stream(sinks, move |sink: NotificationSink| {
-            subscribed_to(&sink_store.state(), &sink)
-        })
-        .watches_stream(health_checks, move |check: HealthCheck| {
-            managing(&managing_store.state(), &check.spec.group, &check.spec.kind)
-        })
         .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
             triggers.recv().await.map(|request| (request, triggers))
         }));
-    controller
+    with_reads(controller, &ctx.client, &reads, revisions)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move { triggers::log_failure("Application", &result) })
         .await;
+}
+
+/// The watches of what Applications read besides their Repository, accounts and dependencies:
+/// the Revisions (a store for history, never a trigger: a Revision changes because a reconcile
+/// wrote it), and the NotificationSinks and HealthChecks, whose changes (created, changed or
+/// deleted; neither has a status) re-check the Applications subscribed to a sink or managing
+/// a HealthCheck's kind within seconds instead of at the resync.
+fn with_reads(
+    controller: Controller<Application>,
+    client: &kube::Client,
+    applications: &Store<Application>,
+    revisions: Writer<Revision>,
+) -> Controller<Application> {
+    let revisions = watcher(Api::<Revision>::all(client.clone()), Default::default())
+        .default_backoff()
+        .modify(|revision| revision.metadata.managed_fields = None)
+        .reflect(revisions)
+        .applied_objects();
+    let sinks = watcher(Api::<NotificationSink>::all(client.clone()), Default::default())
+        .default_backoff()
+        .touched_objects();
+    let checks = watcher(Api::<HealthCheck>::all(client.clone()), Default::default())
+        .default_backoff()
+        .touched_objects();
+    let (subscribers, managers) = (applications.clone(), applications.clone());
+    controller
+        .watches_stream(revisions, |_: Revision| None::<ObjectRef<Application>>)
+        .watches_stream(sinks, move |sink: NotificationSink| {
+            subscribed_to(&subscribers.state(), &sink)
+        })
+        .watches_stream(checks, move |check: HealthCheck| {
+            managing(&managers.state(), &check.spec.group, &check.spec.kind)
+        })
 }
 
 /// A service account's identity: a trigger when one is first seen or created again, not on
@@ -426,28 +435,7 @@ async fn sync_application(
         Observation::Planned(planned) => planned.revision.as_ref(),
         Observation::Failed { .. } => None,
     };
-    // A new Revision: record the one Healthy before it, before anything is written.
-    let history = match decision.revision.as_mut().filter(|_| previous.is_none()) {
-        Some(revision) => {
-            let others = stored_revisions(&app, &namespace, ctx).await;
-            let name = revision.name_any();
-            revision.status.get_or_insert_with(Default::default).previous_revision =
-                previous_healthy(&others, &name);
-            Some((name, others))
-        }
-        None => None,
-    };
-    let written = write(&app, &namespace, &decision, previous, &redactor, ctx).await?;
-    match history {
-        Some((name, others)) => {
-            trim_history(&app, &namespace, &name, others, written, ctx).await?;
-        }
-        None if !changes_holds(&app, &decision) => {
-            let own = stored_revisions(&app, &namespace, ctx).await;
-            delete_revisions(&app, &namespace, history::decide(&app, &own), ctx).await?;
-        }
-        None => {}
-    }
+    write_with_history(&app, &namespace, &mut decision, previous, &redactor, ctx).await?;
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
         let outcome = sync(&app, &namespace, &decision, planned.as_ref(), ctx).await;
         if let Some(fault) = &ctx.fault {
@@ -515,6 +503,39 @@ async fn list_revisions(
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     let selector = format!("{}={}", kuvryn_sync_api::keys::APPLICATION, app.name_any());
     Ok(revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items)
+}
+
+/// [`write`] the decision, with the history around it: a new Revision records the one Healthy
+/// before it (before anything is written), then cancels those it supersedes and trims
+/// `spec.history.limit`; otherwise the limit is trimmed whenever the count is over, unless a
+/// rollback is changing what is held.
+async fn write_with_history(
+    app: &Application,
+    namespace: &str,
+    decision: &mut Decision,
+    previous: Option<&Revision>,
+    redactor: &Redactor,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let history = match decision.revision.as_mut().filter(|_| previous.is_none()) {
+        Some(revision) => {
+            let others = stored_revisions(app, namespace, ctx).await;
+            let name = revision.name_any();
+            revision.status.get_or_insert_with(Default::default).previous_revision =
+                previous_healthy(&others, &name);
+            Some((name, others))
+        }
+        None => None,
+    };
+    let written = write(app, namespace, decision, previous, redactor, ctx).await?;
+    match history {
+        Some((name, others)) => trim_history(app, namespace, &name, others, written, ctx).await,
+        None if !changes_holds(app, decision) => {
+            let own = stored_revisions(app, namespace, ctx).await;
+            delete_revisions(app, namespace, history::decide(app, &own), ctx).await
+        }
+        None => Ok(()),
+    }
 }
 
 /// The Application's Revisions, from the watched store (once it has listed them all).
