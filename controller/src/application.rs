@@ -44,8 +44,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
-    Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthState,
-    PlanAction, Repository, Revision, RevisionPhase, RevisionStatus, keys,
+    Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthCheck,
+    HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
+    keys,
 };
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError};
@@ -53,8 +54,8 @@ use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_apply::memo::DryRunMemo;
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
-    cancel_superseded, decide, learn_secret_values, previous_healthy, revision_name, run_for,
-    settle, wait_for_dependencies, with_course, with_dependencies,
+    cancel_superseded, decide, failing_source, learn_secret_values, previous_healthy,
+    revision_name, run_for, settle, wait_for_dependencies, with_course, with_dependencies,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
@@ -114,6 +115,9 @@ pub struct ApplicationContext {
     /// Every ServiceAccount's name (metadata only, kept by [`run`]'s watch): step 1 checks the
     /// Application's account here, and asks the API server only when the store has none.
     pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
+    /// Every Revision (without managed fields), kept by [`run`]'s watch: the history of a new
+    /// Revision and `spec.history.limit` read it here, never with a list per reconcile.
+    pub revisions: Store<Revision>,
 }
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
@@ -141,9 +145,10 @@ type StepResult<T> = Result<Result<T, Observation>, ReconcileError>;
 /// per-kind watches.
 pub async fn run(
     ctx: Arc<ApplicationContext>,
-    (repositories, service_accounts): (
+    (repositories, service_accounts, revisions): (
         Writer<Repository>,
         Writer<PartialObjectMeta<ServiceAccount>>,
+        Writer<Revision>,
     ),
     triggers: tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -169,7 +174,7 @@ pub async fn run(
     .reflect(service_accounts)
     .applied_objects()
     .predicate_filter(account_identity, Default::default());
-    let store = reader.clone();
+    let (store, reads) = (reader.clone(), reader.clone());
     let dependency_store = reader.clone();
     let account_store = reader.clone();
     let default_account = ctx.default_service_account.clone();
@@ -195,11 +200,44 @@ pub async fn run(
         .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
             triggers.recv().await.map(|request| (request, triggers))
         }));
-    controller
+    with_reads(controller, &ctx.client, &reads, revisions)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move { triggers::log_failure("Application", &result) })
         .await;
+}
+
+/// The watches of what Applications read besides their Repository, accounts and dependencies:
+/// the Revisions (a store for history, never a trigger: a Revision changes because a reconcile
+/// wrote it), and the NotificationSinks and HealthChecks, whose changes (created, changed or
+/// deleted; neither has a status) re-check the Applications subscribed to a sink or managing
+/// a HealthCheck's kind within seconds instead of at the resync.
+fn with_reads(
+    controller: Controller<Application>,
+    client: &kube::Client,
+    applications: &Store<Application>,
+    revisions: Writer<Revision>,
+) -> Controller<Application> {
+    let revisions = watcher(Api::<Revision>::all(client.clone()), Default::default())
+        .default_backoff()
+        .modify(|revision| revision.metadata.managed_fields = None)
+        .reflect(revisions)
+        .applied_objects();
+    let sinks = watcher(Api::<NotificationSink>::all(client.clone()), Default::default())
+        .default_backoff()
+        .touched_objects();
+    let checks = watcher(Api::<HealthCheck>::all(client.clone()), Default::default())
+        .default_backoff()
+        .touched_objects();
+    let (subscribers, managers) = (applications.clone(), applications.clone());
+    controller
+        .watches_stream(revisions, |_: Revision| None::<ObjectRef<Application>>)
+        .watches_stream(sinks, move |sink: NotificationSink| {
+            subscribed_to(&subscribers.state(), &sink)
+        })
+        .watches_stream(checks, move |check: HealthCheck| {
+            managing(&managers.state(), &check.spec.group, &check.spec.kind)
+        })
 }
 
 /// A service account's identity: a trigger when one is first seen or created again, not on
@@ -230,11 +268,47 @@ fn acting_as(
         .collect()
 }
 
-/// Reconcile a Repository's Applications when its observed commit moves (not on every poll).
+/// The Applications whose inventory (`status.managedKinds`) holds kind `group`/`kind`.
+fn managing(
+    applications: &[Arc<Application>],
+    group: &str,
+    kind: &str,
+) -> Vec<ObjectRef<Application>> {
+    applications
+        .iter()
+        .filter(|app| {
+            app.status.iter().flat_map(|s| &s.managed_kinds).any(|k| {
+                k.kind == kind && kuvryn_sync_core::desired::group_of(&k.api_version) == group
+            })
+        })
+        .map(|app| ObjectRef::from_obj(app.as_ref()))
+        .collect()
+}
+
+/// The Applications of `sink`'s namespace with a subscription to it.
+fn subscribed_to(
+    applications: &[Arc<Application>],
+    sink: &NotificationSink,
+) -> Vec<ObjectRef<Application>> {
+    let name = sink.name_any();
+    applications
+        .iter()
+        .filter(|app| app.namespace() == sink.namespace())
+        .filter(|app| app.spec.notifications.iter().any(|s| s.sink_ref.name == name))
+        .map(|app| ObjectRef::from_obj(app.as_ref()))
+        .collect()
+}
+
+/// Reconcile a Repository's Applications when its observed commit moves or its Ready condition
+/// changes (a source failing or recovering), not on every poll.
 fn observed_revision(repo: &Repository) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    repo.status.as_ref().and_then(|s| s.observed_revision.as_ref()).hash(&mut hasher);
+    let status = repo.status.as_ref();
+    status.and_then(|s| s.observed_revision.as_ref()).hash(&mut hasher);
+    for c in status.iter().flat_map(|s| &s.conditions).filter(|c| c.type_ == "Ready") {
+        (&c.status, &c.reason).hash(&mut hasher);
+    }
     Some(hasher.finish())
 }
 
@@ -363,21 +437,7 @@ async fn sync_application(
         Observation::Planned(planned) => planned.revision.as_ref(),
         Observation::Failed { .. } => None,
     };
-    // A new Revision: record the one Healthy before it, before anything is written.
-    let history = match decision.revision.as_mut().filter(|_| previous.is_none()) {
-        Some(revision) => {
-            let others = list_revisions(&app, &namespace, ctx).await?;
-            let name = revision.name_any();
-            revision.status.get_or_insert_with(Default::default).previous_revision =
-                previous_healthy(&others, &name);
-            Some((name, others))
-        }
-        None => None,
-    };
-    let written = write(&app, &namespace, &decision, previous, &redactor, ctx).await?;
-    if let Some((name, others)) = history {
-        trim_history(&app, &namespace, &name, others, written, ctx).await?;
-    }
+    write_with_history(&app, &namespace, &mut decision, previous, &redactor, ctx).await?;
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
         let outcome = sync(&app, &namespace, &decision, planned.as_ref(), ctx).await;
         if let Some(fault) = &ctx.fault {
@@ -447,6 +507,84 @@ async fn list_revisions(
     Ok(revisions.list(&kube::api::ListParams::default().labels(&selector)).await?.items)
 }
 
+/// [`write`] the decision, with the history around it: a new Revision records the one Healthy
+/// before it (before anything is written), then cancels those it supersedes and trims
+/// `spec.history.limit`; otherwise the limit is trimmed whenever the count is over, unless a
+/// rollback is changing what is held.
+async fn write_with_history(
+    app: &Application,
+    namespace: &str,
+    decision: &mut Decision,
+    previous: Option<&Revision>,
+    redactor: &Redactor,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let history = match decision.revision.as_mut().filter(|_| previous.is_none()) {
+        Some(revision) => {
+            let others = stored_revisions(app, namespace, ctx).await;
+            let name = revision.name_any();
+            revision.status.get_or_insert_with(Default::default).previous_revision =
+                previous_healthy(&others, &name);
+            Some((name, others))
+        }
+        None => None,
+    };
+    let written = write(app, namespace, decision, previous, redactor, ctx).await?;
+    match history {
+        Some((name, others)) => trim_history(app, namespace, &name, others, written, ctx).await,
+        None if !changes_holds(app, decision) => {
+            let own = stored_revisions(app, namespace, ctx).await;
+            delete_revisions(app, namespace, history::decide(app, &own), ctx).await
+        }
+        None => Ok(()),
+    }
+}
+
+/// The Application's Revisions, from the watched store (once it has listed them all).
+async fn stored_revisions(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+) -> Vec<Revision> {
+    // Only fails once the writer is gone, at shutdown: the store is then as good as it gets.
+    let _ = ctx.revisions.wait_until_ready().await;
+    let name = app.name_any();
+    ctx.revisions
+        .state()
+        .iter()
+        .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|r| r.labels().get(keys::APPLICATION) == Some(&name))
+        .map(|r| r.as_ref().clone())
+        .collect()
+}
+
+/// Whether this reconcile requests, runs or ends a rollback: what is held may be changing, and
+/// the store may not show it yet, so `spec.history.limit` waits for a later reconcile.
+fn changes_holds(app: &Application, decision: &Decision) -> bool {
+    !decision.annotations.is_empty()
+        || !decision.others.is_empty()
+        || app.annotations().contains_key(keys::ROLLBACK_REVISION)
+}
+
+/// Delete the Revisions `spec.history.limit` no longer keeps (one already gone is fine).
+async fn delete_revisions(
+    app: &Application,
+    namespace: &str,
+    doomed: Vec<String>,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    for name in doomed {
+        match revisions.delete(&name, &Default::default()).await {
+            Ok(_) => tracing::info!(application = %app.name_any(), revision = %name,
+                "Revision deleted by spec.history.limit"),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(())
+}
+
 /// After new Revision `current` was written (`written`, as the API server answered): cancel the
 /// Revisions it supersedes (`all`, the Application's Revisions before it), then delete those
 /// `spec.history.limit` no longer keeps.
@@ -458,7 +596,7 @@ async fn trim_history(
     written: Option<Revision>,
     ctx: &ApplicationContext,
 ) -> Result<(), kube::Error> {
-    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    all.retain(|r| r.metadata.name.as_deref() != Some(current));
     all.extend(written);
     for (name, status) in cancel_superseded(&all, current, &now()) {
         write_revision_status(namespace, &name, &status, None, ctx).await?;
@@ -466,16 +604,7 @@ async fn trim_history(
             revision.status = Some(status);
         }
     }
-    let doomed = history::decide(app, &all);
-    for name in doomed {
-        match revisions.delete(&name, &Default::default()).await {
-            Ok(_) => tracing::info!(application = %app.name_any(), revision = %name,
-                "Revision deleted by spec.history.limit"),
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(err) => return Err(err),
-        }
-    }
-    Ok(())
+    delete_revisions(app, namespace, history::decide(app, &all), ctx).await
 }
 
 fn now() -> Time {
@@ -686,8 +815,12 @@ async fn read_source(
     };
     let follows_repository =
         wanted.is_none() || wanted == repo.spec.git.as_ref().and_then(|g| g.revision.as_deref());
-    let observed = repo.status.as_ref().and_then(|s| s.observed_revision.clone());
-    if let Some(commit) = observed.filter(|_| follows_repository) {
+    let status = repo.status.clone().unwrap_or_default();
+    let failing = failing_source(&format!("{namespace}/{repo_name}"), &status.conditions);
+    if let Some(failure) = failing.filter(|_| follows_repository) {
+        return Ok(Err(failure));
+    }
+    if let Some(commit) = status.observed_revision.filter(|_| follows_repository) {
         return Ok(Ok((commit, request)));
     }
     let cache = Arc::clone(&ctx.cache);
@@ -764,7 +897,7 @@ async fn render_and_validate(
     };
     Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)
         .map(|desired| (desired, output.chart_digest))
-        .map_err(|refusal| (FailureReason::ValidationFailure, refusal.to_string())))
+        .map_err(|refusal| (refusal.reason(), refusal.to_string())))
 }
 
 /// What step 4 found.
@@ -799,7 +932,9 @@ async fn plan_desired_state(
             Err(err) => return Ok(Err(err)),
         };
     let revision = revision_name(&name, commit, &desired.hash);
-    let observations = match engine.observe(&desired.objects, &revision, &found.live()).await {
+    let mut live = found.live();
+    read_unlisted(engine, &desired.objects, &found.unlisted, &mut live).await;
+    let observations = match engine.observe(&desired.objects, &revision, &live).await {
         Ok(observations) => observations,
         Err(err) => return Ok(Err(err)),
     };
@@ -819,7 +954,6 @@ async fn plan_desired_state(
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     let existing = revisions.get_opt(&revision).await?;
     let rules = ctx.health_rules.current();
-    let live = found.live();
     let health = health_of(&rules, &desired.objects, &live, &now());
     let diagnosis =
         diagnose::diagnose(client, &ctx.kinds, &desired.objects, &live, &health, redactor).await;
@@ -831,6 +965,23 @@ async fn plan_desired_state(
         health,
         diagnosis,
     }))
+}
+
+/// The desired objects of the kinds the service account may not list
+/// (`PruneInventoryIncomplete`), read one by one into `live`: they are planned against their
+/// live state and their health observed like any other, instead of looking absent. An object
+/// that cannot be read either stays absent.
+async fn read_unlisted(
+    engine: &Engine<'_>,
+    objects: &[DesiredObject],
+    unlisted: &[GroupKind],
+    live: &mut std::collections::BTreeMap<ObjectKey, serde_json::Value>,
+) {
+    for object in objects.iter().filter(|o| unlisted.contains(&o.key.group_kind)) {
+        if let Ok(Some(found)) = engine.live(object).await {
+            live.insert(object.key.clone(), found);
+        }
+    }
 }
 
 /// One `InvalidHealthCheck` Warning per HealthCheck rule that is invalid for a kind this sync
@@ -954,7 +1105,8 @@ async fn sync(
         }
     }
     if let Err(err) = engine.delete(prune).await {
-        return engine_failure(err);
+        // Whatever stopped it (a delete RBAC refuses included), the prune failed.
+        return failure_as(FailureReason::PruneFailure, err);
     }
     let mut live_kinds: BTreeSet<GroupKind> =
         planned.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
@@ -1047,6 +1199,11 @@ async fn wait_group_healthy(
 }
 
 fn engine_failure(err: EngineError) -> SyncOutcome {
+    failure_as(err.reason(), err)
+}
+
+/// `err` as a failed sync step with `reason`, on the object it names.
+fn failure_as(reason: FailureReason, err: EngineError) -> SyncOutcome {
     let resource = match &err {
         EngineError::Apply { key, .. }
         | EngineError::Prune { key, .. }
@@ -1054,7 +1211,7 @@ fn engine_failure(err: EngineError) -> SyncOutcome {
         | EngineError::NotServed { key } => Some(key.clone()),
         _ => None,
     };
-    SyncOutcome::Failed { reason: err.reason(), message: err.to_string(), resource }
+    SyncOutcome::Failed { reason, message: err.to_string(), resource }
 }
 
 /// The objects the plan creates or updates.

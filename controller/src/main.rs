@@ -296,6 +296,7 @@ async fn main() -> anyhow::Result<()> {
             watches::ManagedWatches::new(client.clone(), controllers_stop.clone());
         let (repositories, repository_writer) = kube::runtime::reflector::store();
         let (service_accounts, account_writer) = kube::runtime::reflector::store();
+        let (revisions, revision_writer) = kube::runtime::reflector::store();
         let applications = Arc::new(application::ApplicationContext {
             client: client.clone(),
             clients: ImpersonatedClients::new(config.clone(), args.impersonation_cache_size)
@@ -322,11 +323,12 @@ async fn main() -> anyhow::Result<()> {
             )?),
             repositories,
             service_accounts,
+            revisions,
             dry_runs: kuvryn_sync_apply::memo::DryRunMemo::new(args.application_resync_interval),
         });
         let application_controller = tokio::spawn(application::run(
             applications,
-            (repository_writer, account_writer),
+            (repository_writer, account_writer, revision_writer),
             triggers,
             controllers_stop.clone().cancelled_owned(),
         ));

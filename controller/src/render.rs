@@ -440,11 +440,8 @@ async fn values_from(
                 })
             }
         };
-        let data = data.map_err(|why| {
-            (
-                FailureReason::RenderFailure,
-                format!("{field}: {kind} {namespace}/{}: {why}", source.name),
-            )
+        let data = data.map_err(|(reason, why)| {
+            (reason, format!("{field}: {kind} {namespace}/{}: {why}", source.name))
         })?;
         found.push(ValuesFromData {
             kind: source.kind,
@@ -456,18 +453,20 @@ async fn values_from(
     Ok(found)
 }
 
-/// One object read as the service account; the error says what to do.
-async fn read<K>(api: &Api<K>, name: &str) -> Result<K, String>
+/// One object read as the service account; the error says what to do, with its reason: a read
+/// RBAC refuses is `Forbidden`, any other failure `RenderFailure`.
+async fn read<K>(api: &Api<K>, name: &str) -> Result<K, Failure>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     match api.get_opt(name).await {
         Ok(Some(object)) => Ok(object),
-        Ok(None) => Err("does not exist".to_owned()),
-        Err(kube::Error::Api(status)) if status.code == 403 => {
-            Err("the service account may not read it; grant it get".to_owned())
-        }
-        Err(err) => Err(format!("cannot be read: {err}")),
+        Ok(None) => Err((FailureReason::RenderFailure, "does not exist".to_owned())),
+        Err(kube::Error::Api(status)) if status.code == 403 => Err((
+            FailureReason::Forbidden,
+            "forbidden: the service account may not read it; grant it get".to_owned(),
+        )),
+        Err(err) => Err((FailureReason::RenderFailure, format!("cannot be read: {err}"))),
     }
 }
 
@@ -489,11 +488,15 @@ async fn pull_chart(
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
             let secret = match read(&api, &secret_ref.name).await {
                 Ok(secret) => secret,
-                Err(why) => {
-                    return Ok(Err(failure(format!(
-                        "spec.source.render.helm.chart.secretRef: Secret {namespace}/{}: {why}",
-                        secret_ref.name
-                    ))));
+                Err((reason, why)) => {
+                    return Ok(Err((
+                        reason,
+                        format!(
+                            "spec.source.render.helm.chart.secretRef: Secret {namespace}/{}: \
+                             {why}",
+                            secret_ref.name
+                        ),
+                    )));
                 }
             };
             match credential_scope::chart_credentials(&secret, &chart.repository) {

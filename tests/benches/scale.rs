@@ -191,12 +191,10 @@ async fn main() -> Result<()> {
     let ready_memory = memory(pid)?;
     // Every request the controller sent since it started (reads, dry runs, applies, status,
     // Events, watches), against the floor's one apply per object.
-    let sent: u64 = env
-        .controller_counter("kuvryn_sync_api_requests_total")
-        .await?
-        .iter()
-        .map(|(_, count)| count)
-        .sum();
+    let by_method = env.controller_counter("kuvryn_sync_api_requests_total").await?;
+    let sent: u64 = by_method.iter().map(|(_, count)| count).sum();
+    let by_method: BTreeMap<String, u64> =
+        by_method.into_iter().map(|(labels, count)| (labels.join(","), count)).collect();
     let warnings = env.controller_log();
     let warnings = problems(&warnings);
     let ratio = progress.ready.as_secs_f64() / floor.as_secs_f64();
@@ -206,7 +204,8 @@ async fn main() -> Result<()> {
                "created_s": secs(created), "applied_s": secs(progress.applied),
                "ready_s": secs(progress.ready), "floor_s": secs(floor),
                "ratio": (ratio * 100.0).round() / 100.0,
-               "api_requests": sent, "floor_requests": 4 * apps,
+               "api_requests": sent, "api_requests_by_method": by_method,
+               "floor_requests": 4 * apps,
                "request_ratio": ((sent as f64 / (4 * apps) as f64) * 100.0).round() / 100.0,
                "peak_rss_mib": ready_memory.peak_mib, "rss_mib": ready_memory.rss_mib,
                "log_warnings": warnings.len(),

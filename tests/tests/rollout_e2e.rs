@@ -433,14 +433,16 @@ async fn depends_on_orders_rollouts_and_reports_cycles() -> Result<()> {
     Ok(())
 }
 
-/// `spec.history.limit` deletes the oldest Revisions, never the deployed one, the rollback
-/// target or one in progress, which do not count.
+/// `spec.history.limit` counts every Revision a rollback does not hold: six good commits under
+/// limit 3 keep the newest three (never deleting the deployed one, its rollback target or one in
+/// progress); lowering the limit to 1 trims at once, without a new commit, down to the deployed
+/// Revision and its rollback target, which are never deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_limit_keeps_the_newest_and_the_protected_revisions() -> Result<()> {
     let env = workloads_env("rollout-history").await?;
-    env.create_app("web", "apps/web", json!({"history": {"limit": 1}})).await?;
+    env.create_app("web", "apps/web", json!({"history": {"limit": 3}})).await?;
     let mut commits = Vec::new();
-    for n in 1..=5 {
+    for n in 1..=6 {
         let commit = env
             .push(&[("apps/web/cm.yaml", config_map("web", &n.to_string(), json!({})))], "next")
             .await?;
@@ -457,27 +459,56 @@ async fn history_limit_keeps_the_newest_and_the_protected_revisions() -> Result<
         .await?;
         commits.push(commit);
     }
-    let selector = format!("{}=web", keys::APPLICATION);
-    let revisions = env
-        .api::<kuvryn_sync_api::Revision>()
-        .list(&kube::api::ListParams::default().labels(&selector))
-        .await?;
+    let kept = || async {
+        let selector = format!("{}=web", keys::APPLICATION);
+        let revisions = env
+            .api::<kuvryn_sync_api::Revision>()
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await?;
+        let mut kept: Vec<String> =
+            revisions.items.iter().map(|r| r.spec.source.revision.clone()).collect();
+        kept.sort();
+        Ok::<_, anyhow::Error>((kept, revisions.items))
+    };
+    let (_, revisions) = kept().await?;
     // Each Revision names the one Healthy before it, the target of a rollback.
-    let fifth = revisions.items.iter().find(|r| r.spec.source.revision == commits[4]);
-    let fourth = revisions.items.iter().find(|r| r.spec.source.revision == commits[3]);
+    let sixth = revisions.iter().find(|r| r.spec.source.revision == commits[5]);
+    let fifth = revisions.iter().find(|r| r.spec.source.revision == commits[4]);
     assert_eq!(
-        fifth.and_then(|r| r.status.as_ref()).and_then(|s| s.previous_revision.clone()),
-        fourth.and_then(|r| r.metadata.name.clone())
+        sixth.and_then(|r| r.status.as_ref()).and_then(|s| s.previous_revision.clone()),
+        fifth.and_then(|r| r.metadata.name.clone())
     );
-    let mut kept: Vec<String> =
-        revisions.items.iter().map(|r| r.spec.source.revision.clone()).collect();
-    kept.sort();
-    // When the fifth Revision was made: the deployed (4) and its rollback target (3) are
-    // protected and do not count, the new one (5) is in progress, and of the rest (1, 2) the
-    // limit keeps the newest.
-    let mut expected = commits[1..].to_vec();
-    expected.sort();
-    assert_eq!(kept, expected, "{}", env.log_tail(40));
+    let sorted = |mut list: Vec<String>| {
+        list.sort();
+        list
+    };
+    let newest_three = sorted(commits[3..].to_vec());
+    kuvryn_sync_tests::cluster::wait_for(
+        "limit 3 keeps the newest three",
+        kuvryn_sync_tests::application::DEADLINE,
+        || async {
+            let (now, _) = kept().await?;
+            Ok(((now == newest_three).then_some(()), format!("{now:?}")))
+        },
+    )
+    .await
+    .with_context(|| env.log_tail(40))?;
+
+    let limit_one = json!({"spec": {"history": {"limit": 1}}});
+    env.api::<Application>()
+        .patch("web", &PatchParams::default(), &Patch::Merge(&limit_one))
+        .await?;
+    let protected = sorted(commits[4..].to_vec());
+    kuvryn_sync_tests::cluster::wait_for(
+        "limit 1 keeps only the deployed Revision and its rollback target",
+        kuvryn_sync_tests::application::DEADLINE,
+        || async {
+            let (now, _) = kept().await?;
+            Ok(((now == protected).then_some(()), format!("{now:?}")))
+        },
+    )
+    .await
+    .with_context(|| env.log_tail(40))?;
     Ok(())
 }
 

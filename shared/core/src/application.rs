@@ -290,12 +290,11 @@ fn decide_planned(
         Some(RevisionPhase::Healthy) if !has_changes => {
             return watch_finished(app, current, status, planned, now);
         }
-        Some(RevisionPhase::Observing | RevisionPhase::Healthy)
+        Some(phase @ (RevisionPhase::Observing | RevisionPhase::Healthy))
             if !app.spec.sync.self_heal && deployed_here =>
         {
-            // Drift: reported, not repaired.
-            set_sync(&mut status, SyncState::Drifted, now);
-            return finish(current, status, None, Vec::new(), Step::Report);
+            let finished = phase == RevisionPhase::Healthy;
+            return report_drift(app, current, status, planned, finished, now);
         }
         Some(RevisionPhase::Failed) => {
             if let Some(fallback) = &planned.fallback {
@@ -308,6 +307,51 @@ fn decide_planned(
         _ => {}
     }
     attempt(app, current, status, planned, Mode::Rollout, redactor, now)
+}
+
+/// Drift without selfHeal: reported as sync state `Drifted`, not repaired. While the health of
+/// the desired objects is what the status says, health is not observed again (Ready and the
+/// diagnosis keep their values); once a finished rollout's health changes, Ready follows it as
+/// without drift ([`watch_finished`]), the sync state staying `Drifted`.
+fn report_drift(
+    app: &Application,
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    planned: &Planned,
+    finished: bool,
+    now: &Time,
+) -> Decision {
+    let health = rollout::summarise(&planned.health).state;
+    if finished && health != current.health.state {
+        let mut decision = watch_finished(app, current.clone(), status, planned, now);
+        let mut changed = decision.status.take().unwrap_or_else(|| current.clone());
+        set_sync(&mut changed, SyncState::Drifted, now);
+        decision.status = (changed != current).then_some(changed);
+        return decision;
+    }
+    set_sync(&mut status, SyncState::Drifted, now);
+    let mut decision = finish(current, status, None, Vec::new(), Step::Report);
+    if finished && !rollout::is_done(health) {
+        decision.requeue_after = Some(rollout::OBSERVE_EVERY);
+    }
+    decision
+}
+
+/// The failure of an Application's source when it follows its Repository's revision: the
+/// Repository's `Ready=False` with `SourceFailure` or `AuthenticationFailure` (the commit it
+/// observed before may be gone, or no longer readable with the credentials). Any other
+/// Repository state (a discovery refusal is `ValidationFailure`) leaves the Application on the
+/// Repository's observed commit.
+pub fn failing_source(
+    repository: &str,
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Option<(FailureReason, String)> {
+    let ready = conditions::get(conditions, ConditionType::Ready)?;
+    let reason = ready.reason.parse::<FailureReason>().ok()?;
+    let source =
+        matches!(reason, FailureReason::SourceFailure | FailureReason::AuthenticationFailure);
+    (ready.status == "False" && source)
+        .then(|| (reason, format!("Repository {repository}: {}", ready.message)))
 }
 
 /// Whether the plan changes anything.
@@ -361,7 +405,7 @@ enum Mode {
     Rollout,
     /// A rollback run (or a hold kept): `RollingBack`.
     Run {
-        /// A new run of this request: attempts start again, `RollbackStarted` goes out and the
+        /// A new run of this request: attempts start again, its start Event goes out and the
         /// Revision records the request ([`rollback::RUN`]).
         fresh: Option<(Kind, String, String)>,
         /// The approval the run carries (manual sync), decided before.
@@ -373,7 +417,7 @@ enum Mode {
 fn decide_run(
     app: &Application,
     current: ApplicationStatus,
-    mut status: ApplicationStatus,
+    status: ApplicationStatus,
     planned: &Planned,
     run: &Run,
     redactor: &Redactor,
@@ -391,11 +435,11 @@ fn decide_run(
             Some(RevisionPhase::RolledBack | RevisionPhase::Healthy) if !has_changes => {
                 return watch_finished(app, current, status, planned, now);
             }
-            Some(RevisionPhase::RollingBack | RevisionPhase::RolledBack)
+            Some(phase @ (RevisionPhase::RollingBack | RevisionPhase::RolledBack))
                 if !app.spec.sync.self_heal =>
             {
-                set_sync(&mut status, SyncState::Drifted, now);
-                return finish(current, status, None, Vec::new(), Step::Report);
+                let finished = phase == RevisionPhase::RolledBack;
+                return report_drift(app, current, status, planned, finished, now);
             }
             Some(RevisionPhase::Failed) => {
                 if let Some(decision) = wait_or_block(app, &current, existing, now) {
@@ -828,7 +872,13 @@ fn attempt(
             now,
         );
         set_sync(&mut status, SyncState::OutOfSync, now);
-        events.extend(fail_ready(&mut status, app, FailureReason::ConflictFailure, &message, now));
+        events.extend(fail_attempt(
+            &mut status,
+            app,
+            FailureReason::ConflictFailure,
+            &message,
+            now,
+        ));
         let mut decision = finish(current, status, Some(revision), events, Step::Report);
         decision.requeue_after = Some(failure_requeue(app, planned, 1));
         return decision;
@@ -886,9 +936,14 @@ fn attempt(
     revision_status.attempts += 1;
     revision_status.started_at = Some(now.clone());
     set_rollout_condition(revision_status, revision.metadata.generation, false, now);
+    // `RollbackStarted` is the Event of a rollback a failure triggered; a manual one starts
+    // like any deployment (the API reference's Events table), saying it is a rollback.
     match started {
         Some(kind) => events.push((
-            EventReason::RollbackStarted { automatic: kind == Kind::Automatic },
+            match kind {
+                Kind::Automatic => EventReason::RollbackStarted { automatic: true },
+                Kind::Manual => EventReason::DeploymentStarted,
+            },
             format!(
                 "{} rollback: applying Revision {name} (commit {}): {}",
                 kind.as_str(),
@@ -1194,8 +1249,11 @@ pub fn settle(
         SyncOutcome::Failed { reason, message, resource } => {
             let message = clean(redactor, message);
             fail_revision(&mut revision, *reason, &message, resource.clone(), &planned.plan, now);
+            if let Some(hook) = resource.as_ref().filter(|key| is_hook(planned, key)) {
+                record_failed_hook(&mut revision, planned, hook, &message);
+            }
             set_sync(&mut status, SyncState::OutOfSync, now);
-            events.extend(fail_ready(&mut status, app, *reason, &message, now));
+            events.extend(fail_attempt(&mut status, app, *reason, &message, now));
         }
     }
     Settled { revision, status, events: bounded(redactor, events) }
@@ -1265,7 +1323,7 @@ fn observe_rollout(
             FailureReason::HealthFailure
         };
         fail_revision(revision_status, reason, &message, resource, &planned.plan, now);
-        events.extend(fail_ready(&mut status, app, reason, &message, now));
+        events.extend(fail_attempt(&mut status, app, reason, &message, now));
         requeue_after = Some(failure_requeue(app, planned, revision_status.attempts));
     } else {
         let timeout = rollout::timeout(app);
@@ -1285,7 +1343,7 @@ fn observe_rollout(
                 &planned.plan,
                 now,
             );
-            events.extend(fail_ready(
+            events.extend(fail_attempt(
                 &mut status,
                 app,
                 FailureReason::TimeoutFailure,
@@ -1308,6 +1366,31 @@ fn observe_rollout(
 /// Whether `key` is a pre-sync or post-sync hook of `planned`'s desired state.
 fn is_hook(planned: &Planned, key: &ObjectKey) -> bool {
     planned.desired.objects.iter().any(|o| o.key == *key && o.stage != Stage::Main)
+}
+
+/// A hook that failed during the sync step (before the rollout's health is observed), recorded
+/// in `status.hooks` as `Failed` in place of what was recorded of it before.
+fn record_failed_hook(
+    revision: &mut RevisionStatus,
+    planned: &Planned,
+    hook: &ObjectKey,
+    message: &str,
+) {
+    let Some(object) = planned.desired.objects.iter().find(|o| &o.key == hook) else { return };
+    let stage = match object.stage {
+        Stage::PreSync => HookStage::PreSync,
+        Stage::PostSync => HookStage::PostSync,
+        Stage::Main => return,
+    };
+    let resource = resource_ref(hook, &planned.plan);
+    revision.hooks.retain(|h| h.resource != resource);
+    revision.hooks.truncate(MAX_HOOKS - 1);
+    revision.hooks.push(HookStatus {
+        resource,
+        stage,
+        state: HookState::Failed,
+        message: redact::truncate(message, MAX_MESSAGE),
+    });
 }
 
 /// `status.hooks`: each hook of the desired state and how it went, from its health (at most
@@ -1683,6 +1766,20 @@ fn fail_ready(
         now,
     );
     if changed { vec![(EventReason::Failure(reason), message.to_owned())] } else { Vec::new() }
+}
+
+/// A failed Revision attempt: Ready as [`fail_ready`] sets it, and the failure Event every
+/// time, whether or not Ready changes (the API reference: a failure reason Event for every
+/// Revision that failed, so a retry failing the same way is an Event too).
+fn fail_attempt(
+    status: &mut ApplicationStatus,
+    app: &Application,
+    reason: FailureReason,
+    message: &str,
+    now: &Time,
+) -> Vec<(EventReason, String)> {
+    fail_ready(status, app, reason, message, now);
+    vec![(EventReason::Failure(reason), message.to_owned())]
 }
 
 /// Failures `status.diagnosis` explains: it is kept with them (and while retries are blocked

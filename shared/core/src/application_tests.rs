@@ -2903,8 +2903,9 @@ fn a_rollback_run_applies_rolls_back_and_holds_the_commit_it_left() {
     let annotations = revision.metadata.annotations.clone().unwrap_or_default();
     assert_eq!(annotations.get(rollback::RUN), Some(&request("manual", "alice", None).id()));
     assert_eq!(annotations.get(keys::ROLLBACK_REQUESTED_BY).map(String::as_str), Some("alice"));
-    assert_eq!(reasons(&started.events), ["RollbackStarted"]);
-    assert_eq!(started.events[0].0, EventReason::RollbackStarted { automatic: false });
+    // A manual rollback starts like any deployment; RollbackStarted is a failure's rollback.
+    assert_eq!(reasons(&started.events), ["DeploymentStarted"]);
+    assert!(started.events[0].1.starts_with("manual rollback: "), "{:?}", started.events);
     assert_eq!(started.annotations.get(keys::ROLLBACK_FROM), Some(&Some(C2.to_owned())));
     let app_status = started.status.clone().expect("status");
     assert_eq!(app_status.desired_revision.as_deref(), Some(C2));
@@ -3065,7 +3066,7 @@ fn under_manual_sync_a_rollback_is_approved_under_its_requester_only_while_its_f
         Vec::new(),
     );
     assert!(matches!(approved.step, Step::Sync { .. }), "{:?}", approved.step);
-    assert_eq!(reasons(&approved.events), ["RollbackApproved", "RollbackStarted"]);
+    assert_eq!(reasons(&approved.events), ["RollbackApproved", "DeploymentStarted"]);
     let record = revision_status(&approved).approval.clone().expect("an approval record");
     assert_eq!(record.approved_by, "alice");
     assert!(record.note.is_some_and(|n| n.contains("alice")));
@@ -3186,5 +3187,95 @@ fn a_failed_observation_is_retried_only_when_retryable() {
         assert!(matches!(d.step, Step::Report), "{reason:?}: {:?}", d.step);
         assert_eq!(d.requeue_after, requeue, "{reason:?}");
         assert_eq!(failed_observation_requeue(reason), requeue, "{reason:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Drift that changes health, and a failing source
+// ---------------------------------------------------------------------------------------------
+
+/// The health of every object of [`web`] as `state`.
+fn health_of_web(state: HealthState) -> Vec<ObjectHealth> {
+    web()
+        .objects
+        .iter()
+        .map(|o| ObjectHealth {
+            key: o.key.clone(),
+            api_version: o.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+            state,
+            message: format!("is {}", state.as_str()),
+        })
+        .collect()
+}
+
+#[test]
+fn drift_without_self_heal_keeps_ready_only_while_health_is_unchanged() {
+    let base = automatic();
+    let (first, decision) = first_sync(&base);
+    let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
+    let settled = settle(&base, &decision, &first, &done, &Redactor::new(), &at(20));
+    let mut revision_status = settled.revision.clone();
+    revision_status.phase = Some(RevisionPhase::Healthy);
+    let revision = stored(&decision, revision_status);
+    let mut status = settled.status.clone();
+    status.health.state = HealthState::Healthy;
+    set_ready(&mut status, Status::True, "Healthy", 20);
+    // (health now, Ready after, sync after, HealthDegraded sent)
+    let rows = [
+        (HealthState::Healthy, ("True", "Healthy"), false),
+        (HealthState::Degraded, ("False", "Degraded"), true),
+        (HealthState::Progressing, ("False", "Progressing"), true),
+    ];
+    for (health, (ready_status, ready_reason), degraded_event) in rows {
+        let mut app = automatic();
+        app.status = Some(status.clone());
+        let mut planned_state =
+            planned_with(&web(), drifted, PrunePlan::default(), Some(revision.clone()));
+        planned_state.health = health_of_web(health);
+        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+        let after = d.status.expect("Drifted is written");
+        assert_eq!(after.sync.state, SyncState::Drifted, "{health:?}");
+        let condition = ready(&after).expect("Ready");
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            (ready_status, ready_reason),
+            "{health:?}"
+        );
+        assert_eq!(
+            reasons(&d.events).contains(&"HealthDegraded"),
+            degraded_event,
+            "{health:?}: {:?}",
+            d.events
+        );
+        assert_eq!(d.step, Step::Report, "drift is not repaired without selfHeal");
+    }
+}
+
+#[test]
+fn a_repository_whose_source_fails_fails_the_applications_that_follow_it() {
+    let condition = |status: &str, reason: &str| {
+        vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: "revision main not found".into(),
+            last_transition_time: at(1),
+            observed_generation: Some(1),
+        }]
+    };
+    let rows = [
+        (condition("False", "SourceFailure"), Some(FailureReason::SourceFailure)),
+        (condition("False", "AuthenticationFailure"), Some(FailureReason::AuthenticationFailure)),
+        // A discovery refusal does not stop the Applications already syncing.
+        (condition("False", "ValidationFailure"), None),
+        (condition("True", "FetchSucceeded"), None),
+        (Vec::new(), None),
+    ];
+    for (conditions, expected) in rows {
+        let found = failing_source("team/apps", &conditions);
+        assert_eq!(found.as_ref().map(|(r, _)| *r), expected, "{conditions:?}");
+        if let Some((_, message)) = found {
+            assert_eq!(message, "Repository team/apps: revision main not found");
+        }
     }
 }

@@ -24,7 +24,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use kuvryn_sync_api::keys;
+use kuvryn_sync_api::{FailureReason, keys};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -184,6 +184,19 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+impl Refusal {
+    /// The failure reason: `PlanFailure` when every error is a kind the API server does not
+    /// serve (the plan cannot be built, though each object is valid), else `ValidationFailure`.
+    pub fn reason(&self) -> FailureReason {
+        let unserved = |e: &DesiredError| matches!(e, DesiredError::UnknownKind { .. });
+        if self.errors.iter().all(unserved) {
+            FailureReason::PlanFailure
+        } else {
+            FailureReason::ValidationFailure
+        }
+    }
+}
 
 /// Normalise and validate `rendered` for `target`. `served` tells the scope of a kind the API
 /// server serves (from discovery), `None` for one it does not serve.

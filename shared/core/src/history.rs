@@ -4,7 +4,9 @@
 //! Rules:
 //! - Revisions are ordered by `metadata.creationTimestamp`, then by name when two share a
 //!   timestamp; one without a timestamp (not stored yet) counts as the newest.
-//! - Some Revisions are protected: never deleted, and not counted toward the limit (ruling 8):
+//! - Every Revision counts toward the limit except those a rollback holds (the API reference:
+//!   "Revisions a rollback holds are never deleted and do not count").
+//! - Some Revisions are protected: never deleted, though (held ones apart) they count:
 //!   - the deployed Revision ([`Keep::deployed`]);
 //!   - the rollback target, the previous healthy Revision ([`Keep::rollback_target`]);
 //!   - the Revision a pending rollback was requested to ([`Keep::requested_rollback`]);
@@ -12,8 +14,10 @@
 //!   - a Revision still in progress: no phase yet, or `Pending`, `Planning`, `AwaitingApproval`,
 //!     `Applying`, `Observing` or `RollingBack` (a rollback away from it is running, and will
 //!     mark it `RolledBack` once it completes).
-//! - Of the other Revisions the newest `limit` are kept and the rest are deleted, oldest first.
-//!   A limit below 1 (the schema allows 1 to 1000) is taken as 1.
+//! - While more than `limit` Revisions count, the oldest unprotected ones are deleted until
+//!   `limit` remain or only protected ones are left. A limit below 1 (the schema allows 1 to
+//!   1000) is taken as 1. The caller trims whenever the count is over, not only when it makes a
+//!   new Revision.
 //!
 //! [`Keep::for_application`] derives what to protect from the Application and its Revisions:
 //! - held: the Application's Revisions with `RolledBack=True` whose `spec.source.revision` is the
@@ -34,7 +38,7 @@ use kuvryn_sync_api::{Application, ConditionType, Revision, RevisionPhase, keys}
 
 use crate::conditions::{self, Status};
 
-/// Revisions to protect from `spec.history.limit`, by name; none of them counts toward it.
+/// Revisions to protect from `spec.history.limit`, by name; only the held ones do not count.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Keep {
     /// The Revision whose desired state runs now.
@@ -104,17 +108,20 @@ impl Keep {
 
 /// Names of the Revisions of one Application to delete under `limit`, oldest first. `revisions`
 /// are that Application's Revisions; `keep` names the protected ones (in-progress Revisions are
-/// protected without being named).
+/// protected without being named). Every named Revision but the held ones counts.
 pub fn to_delete(revisions: &[Revision], limit: i32, keep: &Keep) -> Vec<String> {
     let limit = usize::try_from(limit.max(1)).unwrap_or(1);
     let mut seen = BTreeSet::new();
-    let mut candidates: Vec<&Revision> = revisions
+    let counted: Vec<&Revision> = revisions
         .iter()
-        .filter(|r| name_of(r).is_some_and(|n| seen.insert(n) && !keep.protects(n)))
-        .filter(|r| !in_progress(r))
+        .filter(|r| name_of(r).is_some_and(|n| seen.insert(n) && !keep.held.contains(n)))
+        .collect();
+    let excess = counted.len().saturating_sub(limit);
+    let mut candidates: Vec<&Revision> = counted
+        .into_iter()
+        .filter(|r| name_of(r).is_some_and(|n| !keep.protects(n)) && !in_progress(r))
         .collect();
     candidates.sort_by(|a, b| age(a, b));
-    let excess = candidates.len().saturating_sub(limit);
     candidates.into_iter().take(excess).filter_map(name_of).map(str::to_owned).collect()
 }
 
@@ -273,25 +280,25 @@ mod tests {
                 vec!["r1", "r2"],
             ),
             (
-                "the deployed Revision is kept and does not count",
+                "the deployed Revision is kept and counts",
                 five(),
                 2,
                 keep(Some("r1"), None, &[]),
-                vec!["r2", "r3"],
+                vec!["r2", "r3", "r4"],
             ),
             (
-                "the rollback target is kept and does not count",
+                "the rollback target is kept and counts",
                 five(),
                 1,
                 keep(Some("r5"), Some("r2"), &[]),
-                vec!["r1", "r3"],
+                vec!["r1", "r3", "r4"],
             ),
             (
-                "a requested rollback's Revision is kept and does not count",
+                "a requested rollback's Revision is kept and counts",
                 five(),
                 1,
                 Keep { requested_rollback: Some("r1".into()), ..Keep::default() },
-                vec!["r2", "r3", "r4"],
+                vec!["r2", "r3", "r4", "r5"],
             ),
             (
                 "held Revisions are kept and do not count",
@@ -305,17 +312,17 @@ mod tests {
                 five(),
                 1,
                 keep(Some("r3"), Some("r2"), &["r4", "r5"]),
-                vec![],
+                vec!["r1"],
             ),
             (
                 "limit 1 with deployed, target and held",
                 five(),
                 1,
                 keep(Some("r3"), Some("r1"), &["r5"]),
-                vec!["r2"],
+                vec!["r2", "r4"],
             ),
             (
-                "in-progress Revisions are never deleted and do not count",
+                "in-progress Revisions are never deleted but count",
                 vec![
                     rev("p1", 10, "c1", Some(RevisionPhase::Pending)),
                     rev("p2", 20, "c2", Some(RevisionPhase::Planning)),
@@ -329,7 +336,7 @@ mod tests {
                 ],
                 1,
                 Keep::default(),
-                vec!["d1"],
+                vec!["d1", "d2"],
             ),
             (
                 "ended phases are all deletable",
@@ -492,10 +499,10 @@ mod tests {
         revisions.push(rev("h9", 90, "c9", Some(RevisionPhase::Applying)));
         revisions.push(with(done("foreign", 1), |r| r.spec.application_ref.name = "api".into()));
         let app = application(deployed("c3"), &[(keys::ROLLBACK_FROM, "c7")]);
-        // Limit 2 counts h6 and h5 only.
-        assert_eq!(decide(&app, &revisions), ["h1", "h4"]);
-        // Once a new commit ends the hold the annotation goes, and h7 and h8 count again.
+        // Limit 2: all but the held h7 and h8 count (seven), so every unprotected one goes.
+        assert_eq!(decide(&app, &revisions), ["h1", "h4", "h5", "h6"]);
+        // Once a new commit ends the hold the annotation goes, and h7 and h8 count and go too.
         let released = application(deployed("c3"), &[]);
-        assert_eq!(decide(&released, &revisions), ["h1", "h4", "h5", "h6"]);
+        assert_eq!(decide(&released, &revisions), ["h1", "h4", "h5", "h6", "h7", "h8"]);
     }
 }

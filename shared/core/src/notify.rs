@@ -43,6 +43,8 @@ pub fn notification_event(reason: EventReason) -> Option<NotificationEvent> {
         EventReason::RollbackCompleted => Some(NotificationEvent::RolledBack),
         // A completed rollback already notifies as RolledBack.
         EventReason::Failure(FailureReason::RolledBack) => None,
+        // Retries stopping ends a failure already notified as Failed: one lifecycle event.
+        EventReason::Failure(FailureReason::RetryBlocked) => None,
         EventReason::Failure(_) => Some(NotificationEvent::Failed),
         _ => None,
     }
@@ -73,8 +75,13 @@ pub fn notifications_for(
     redactor: &Redactor,
 ) -> Vec<(String, Notification)> {
     let mut out = Vec::new();
+    // A completed rollback is Healthy too; it notifies once, as RolledBack.
+    let rolled_back = events.iter().any(|(reason, _)| *reason == EventReason::RollbackCompleted);
     for (reason, message) in events {
         let Some(event) = notification_event(*reason) else { continue };
+        if rolled_back && event == NotificationEvent::Healthy {
+            continue;
+        }
         for subscription in &app.spec.notifications {
             if !subscription.events.contains(&event) {
                 continue;
@@ -436,7 +443,7 @@ mod tests {
             (EventReason::DeploymentHealthy, Some(Healthy)),
             (EventReason::RollbackCompleted, Some(RolledBack)),
             (EventReason::Failure(FailureReason::HealthFailure), Some(Failed)),
-            (EventReason::Failure(FailureReason::RetryBlocked), Some(Failed)),
+            (EventReason::Failure(FailureReason::RetryBlocked), None),
             (EventReason::Failure(FailureReason::RolledBack), None),
             (EventReason::PlanCreated, None),
             (EventReason::DeploymentStarted, None),
@@ -475,6 +482,22 @@ mod tests {
                 ("chat".into(), Failed, b, None, "token ***".into()),
             ]
         );
+    }
+
+    #[test]
+    fn a_completed_rollback_notifies_once_as_rolled_back() {
+        use NotificationEvent::*;
+        let app = app(&[("audit", &[Healthy, Failed, RolledBack])]);
+        let events = vec![
+            (EventReason::DeploymentHealthy, "healthy".to_owned()),
+            (EventReason::RollbackCompleted, "rolled back".to_owned()),
+        ];
+        let got: Vec<NotificationEvent> =
+            notifications_for(&app, &events, &context(), &Redactor::new())
+                .into_iter()
+                .map(|(_, n)| n.event)
+                .collect();
+        assert_eq!(got, vec![RolledBack]);
     }
 
     #[test]

@@ -218,3 +218,15 @@ fn group_of_reads_the_api_version() {
         assert_eq!(group_of(api_version), group);
     }
 }
+
+#[test]
+fn a_kind_not_served_alone_is_a_plan_failure_and_with_invalid_objects_a_validation_failure() {
+    let gadget = json!({"apiVersion": "nowhere.example.com/v1", "kind": "Gadget",
+                        "metadata": {"name": "g"}});
+    let unserved = run(vec![config_map("a"), gadget.clone()]).expect_err("refused");
+    assert_eq!(unserved.reason(), FailureReason::PlanFailure);
+    let both = run(vec![config_map("a"), config_map("a"), gadget]).expect_err("refused");
+    assert_eq!(both.reason(), FailureReason::ValidationFailure);
+    let invalid = run(vec![config_map("a"), config_map("a")]).expect_err("refused");
+    assert_eq!(invalid.reason(), FailureReason::ValidationFailure);
+}

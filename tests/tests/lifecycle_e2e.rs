@@ -1,0 +1,439 @@
+//! The Application lifecycle where the API reference is precise about it, end to end with the
+//! real controller, a real Git server and the sandbox (issue 25's numbered behaviours):
+//! - reasons: a refused prune is `PruneFailure`, a kind the API server does not serve
+//!   `PlanFailure`, a `valuesFrom` read RBAC refuses `Forbidden` (3);
+//! - drift that changes health moves Ready even without selfHeal (1);
+//! - a Repository's source failure reaches the Applications following it, nothing pruned (2);
+//! - a failure Event for every failed attempt, `status.hooks` recording a pre-sync hook that
+//!   failed during the sync, one notification per lifecycle event (7);
+//! - objects of a kind the service account may not list are still observed (9);
+//! - a NotificationSink or a HealthCheck changing re-checks the Applications it concerns within
+//!   seconds, not at the resync (8).
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::PostParams;
+use kuvryn_sync_api::{Application, FailureReason, SyncState};
+use kuvryn_sync_tests::application::DEADLINE;
+use kuvryn_sync_tests::application::{Env, config_map, env, env_with_workloads, ready};
+use kuvryn_sync_tests::apply::apply_raw;
+use kuvryn_sync_tests::cluster::wait_for;
+use serde_json::json;
+
+/// Service account `name` in the test namespace, allowed `verbs` on ConfigMaps and nothing else.
+async fn account_with(env: &Env, name: &str, resources: &[&str], verbs: &[&str]) -> Result<()> {
+    let kinds = kuvryn_sync_apply::kinds::Kinds::default();
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": name},
+               "rules": [{"apiGroups": [""], "resources": resources, "verbs": verbs}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "name": name,
+                             "namespace": env.namespace}]}),
+    ];
+    for object in objects {
+        apply_raw(&env.cluster.client(), &kinds, &env.namespace, &object, "test-setup").await?;
+    }
+    Ok(())
+}
+
+/// A delete the service account may not make fails the attempt with `PruneFailure` (not
+/// `Forbidden`, which is for reading and applying), naming the object and the verb.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_prune_is_prune_failure() -> Result<()> {
+    let env = env("life-prune", true).await?;
+    account_with(&env, "keeper", &["configmaps"], &["get", "list", "watch", "create", "patch"])
+        .await?;
+    let first = env
+        .push(
+            &[
+                ("apps/web/a.yaml", config_map("stays", "1", json!({}))),
+                ("apps/web/b.yaml", config_map("goes", "1", json!({}))),
+            ],
+            "two ConfigMaps",
+        )
+        .await?;
+    env.create_app("web", "apps/web", json!({"serviceAccountName": "keeper"})).await?;
+    env.wait_synced("web", &first).await?;
+    let second = env.push_removal(&["apps/web/b.yaml"], "one less").await?;
+    // maxAttempts 1: the failure is soon RetryBlocked, which keeps it in its message.
+    let app = env
+        .wait_app("web", "Ready=False/PruneFailure, or RetryBlocked after it", |app| {
+            ready(app).is_some_and(|(s, r, m)| {
+                s == "False"
+                    && (r == "PruneFailure" || (r == "RetryBlocked" && m.contains("PruneFailure")))
+            })
+        })
+        .await?;
+    let message = ready(&app).map(|(_, _, m)| m).unwrap_or_default();
+    assert!(message.contains("goes") && message.contains("delete"), "{message}");
+    // The Revision's status is written just after the Application's.
+    wait_for("the Revision records PruneFailure", DEADLINE, || async {
+        let failure = env.revision("web", &second).await?.status.and_then(|s| s.failure);
+        let reason = failure.map(|f| f.reason);
+        Ok(((reason == Some(FailureReason::PruneFailure)).then_some(()), format!("{reason:?}")))
+    })
+    .await?;
+    assert!(env.api::<ConfigMap>().get_opt("goes").await?.is_some());
+    Ok(())
+}
+
+/// A kind the API server does not serve (and no CRD in Git defines) is a plan that cannot be
+/// built: `PlanFailure`, naming the kind, with nothing applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_server_does_not_serve_is_plan_failure() -> Result<()> {
+    let env = env("life-plan", true).await?;
+    let gadget = serde_json::to_string(&json!({
+        "apiVersion": "nowhere.example.com/v1", "kind": "Gadget", "metadata": {"name": "g"}}))?;
+    env.push(
+        &[("apps/web/cm.yaml", config_map("beside", "1", json!({}))), ("apps/web/g.yaml", gadget)],
+        "an unknown kind",
+    )
+    .await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    let message = env.wait_failed("web", "PlanFailure").await?;
+    assert!(message.contains("Gadget"), "{message}");
+    assert!(env.api::<ConfigMap>().get_opt("beside").await?.is_none(), "applied anyway");
+    Ok(())
+}
+
+/// A `valuesFrom` Secret the service account may not read is `Forbidden`, not `RenderFailure`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_values_from_read_refused_by_rbac_is_forbidden() -> Result<()> {
+    let mut env = env("life-values", false).await?;
+    account_with(&env, "nosecrets", &["configmaps"], &["*"]).await?;
+    let library = kuvryn_sync_tests::helm::libhelm();
+    env.start_controller_with(&["--helm-library", &library.to_string_lossy()], &[])?;
+    let chart = [
+        ("apps/chart/Chart.yaml", "apiVersion: v2\nname: tiny\nversion: 0.1.0\n".to_owned()),
+        (
+            "apps/chart/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: tiny\ndata:\n  v: {{ .Values.v | quote }}\n"
+                .to_owned(),
+        ),
+        ("apps/chart/values.yaml", "v: one\n".to_owned()),
+    ];
+    env.push(&chart, "a tiny chart").await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "values"},
+        "stringData": {"values.yaml": "v: two\n"}}))?;
+    env.api::<Secret>().create(&PostParams::default(), &secret).await?;
+    let helm = json!({"serviceAccountName": "nosecrets", "source": {"render": {"type": "helm",
+        "helm": {"valuesFrom": [{"kind": "Secret", "name": "values"}]}}}});
+    env.create_app("web", "apps/chart", helm).await?;
+    let message = env.wait_failed("web", "Forbidden").await?;
+    assert!(message.contains("valuesFrom") && message.contains("values"), "{message}");
+    Ok(())
+}
+
+fn deployment(name: &str, image: &str) -> String {
+    serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {"replicas": 1, "progressDeadlineSeconds": 2,
+                 "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "app", "image": image}]}}}}))
+    .expect("json")
+}
+
+async fn kubectl(env: &Env, args: &[&str]) -> Result<String> {
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig())
+        .args(["-n", &env.namespace])
+        .args(args)
+        .output()
+        .await?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Without selfHeal, drift that changes health is not hidden: after `kubectl set image` to an
+/// image that never pulls, the Application reports Drifted and Ready follows the health
+/// (False/Degraded once the Deployment's progress deadline passes), and nothing is repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_that_changes_health_changes_ready() -> Result<()> {
+    let env = env_with_workloads("life-drift", true).await?;
+    env.grant("apps", &["deployments"]).await?;
+    env.push(&[("apps/web/d.yaml", deployment("web", "registry.example/web:1"))], "web").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    kubectl(&env, &["set", "image", "deployment/web", "app=unreachable.invalid/web:2"]).await?;
+    let app = env
+        .wait_app("web", "Drifted and Ready=False/Degraded", |app| {
+            app.status.as_ref().is_some_and(|s| s.sync.state == SyncState::Drifted)
+                && ready(app).is_some_and(|(s, r, _)| s == "False" && r == "Degraded")
+        })
+        .await?;
+    let message = ready(&app).map(|(_, _, m)| m).unwrap_or_default();
+    assert!(message.contains("web"), "{message}");
+    let image = kubectl(
+        &env,
+        &["get", "deployment/web", "-o", "jsonpath={.spec.template.spec.containers[0].image}"],
+    )
+    .await?;
+    assert_eq!(image, "unreachable.invalid/web:2", "drift was repaired without selfHeal");
+    env.wait_event("web", "HealthDegraded").await?;
+    Ok(())
+}
+
+/// A synced Application whose branch is deleted at the Git server reports its Repository's
+/// failure (`Ready=False/SourceFailure`) instead of staying Ready on the cached commit, and
+/// nothing is pruned while the source fails; the branch back, it is Ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_source_reaches_the_application_and_prunes_nothing() -> Result<()> {
+    let env = env("life-source", true).await?;
+    let commit =
+        env.push(&[("apps/web/cm.yaml", config_map("kept", "1", json!({})))], "one").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    // Git refuses to push the deletion of a bare repository's HEAD branch: delete it there.
+    let deleted = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&env.repo.path)
+        .args(["update-ref", "-d", "refs/heads/main"])
+        .status()?;
+    anyhow::ensure!(deleted.success(), "git update-ref -d refs/heads/main");
+    env.announce().await?;
+    let message = env.wait_failed("web", "SourceFailure").await?;
+    assert!(message.contains("main"), "{message}");
+    assert!(env.api::<ConfigMap>().get_opt("kept").await?.is_some(), "pruned on a source failure");
+    env.repo.push(&format!("{commit}:refs/heads/main"))?;
+    env.announce().await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    let apps = env.api::<Application>();
+    let app = apps.get("web").await?;
+    assert_eq!(app.status.and_then(|s| s.deployed_revision), Some(commit));
+    Ok(())
+}
+
+/// Every failed Revision attempt is a failure Event, not only the one that changed Ready: a
+/// Deployment that never becomes ready under `maxAttempts: 2` fails twice with TimeoutFailure
+/// (two Events, counted in kuvryn_sync_lifecycle_events_total) before RetryBlocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_failed_attempt_is_a_failure_event() -> Result<()> {
+    let env = env_with_workloads("life-events", true).await?;
+    env.grant("apps", &["deployments"]).await?;
+    let unready = serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "slow"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "slow"}},
+                 "template": {"metadata": {"labels": {"app": "slow"}},
+                              "spec": {"containers": [{"name": "app",
+                                  "image": "registry.example/slow:1",
+                                  "env": [{"name": "KSYNC_SIMULATE", "value": "unready"}],
+                                  "readinessProbe": {"httpGet": {"path": "/ready",
+                                                                 "port": 8080}}}]}}}}))?;
+    env.push(&[("apps/slow/d.yaml", unready)], "never ready").await?;
+    let policy = json!({"health": {"timeout": "2s"},
+                        "strategy": {"failurePolicy": {"maxAttempts": 2}}});
+    env.create_app("slow", "apps/slow", policy).await?;
+    env.wait_ready("slow", "False", "RetryBlocked").await?;
+    let samples = env.controller_counter("kuvryn_sync_lifecycle_events_total").await?;
+    let count = |reason: &str| {
+        let label = format!("reason=\"{reason}\"");
+        samples.iter().filter(|(labels, _)| labels.contains(&label)).map(|(_, n)| n).sum::<u64>()
+    };
+    assert_eq!(count("TimeoutFailure"), 2, "{samples:?}");
+    assert_eq!(count("RetryBlocked"), 1, "{samples:?}");
+    Ok(())
+}
+
+/// A pre-sync hook that fails during the sync step is recorded in the Revision's
+/// `status.hooks` as Failed, with the attempt's HookFailed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_sync_hook_that_fails_is_recorded_in_status_hooks() -> Result<()> {
+    let env = env_with_workloads("life-hooks", true).await?;
+    env.grant("batch", &["jobs"]).await?;
+    let job = serde_json::to_string(&json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "annotations": {kuvryn_sync_api::keys::HOOK: "pre-sync"}},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "run", "image": "registry.example/tools:1",
+                            "env": [{"name": "KSYNC_SIMULATE", "value": "crash"}]}]}}}}))?;
+    let commit = env
+        .push(
+            &[
+                ("apps/bad/job.yaml", job),
+                ("apps/bad/cm.yaml", config_map("after", "1", json!({}))),
+            ],
+            "a failing hook",
+        )
+        .await?;
+    env.create_app("bad", "apps/bad", json!({})).await?;
+    env.wait_failed("bad", "HookFailed").await?;
+    let hooks = wait_for("status.hooks records the failed hook", DEADLINE, || async {
+        let hooks = env.revision("bad", &commit).await?.status.map(|s| s.hooks).unwrap_or_default();
+        let failed = hooks
+            .iter()
+            .any(|h| h.resource.name == "migrate" && h.state == kuvryn_sync_api::HookState::Failed);
+        Ok((failed.then(|| hooks.clone()), format!("{hooks:?}")))
+    })
+    .await?;
+    assert_eq!(hooks.len(), 1, "{hooks:?}");
+    assert_eq!(hooks[0].stage, kuvryn_sync_api::HookStage::PreSync);
+    Ok(())
+}
+
+/// Exactly one notification per lifecycle event: a rollout that times out under the default
+/// `pause` policy (one attempt) sends one Failed, not a second one when retries stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_under_pause_sends_one_failed_notification() -> Result<()> {
+    use kuvryn_sync_tests::receiver::{Receiver, Script};
+    let mut env = env_with_workloads("life-notify", false).await?;
+    env.grant("apps", &["deployments"]).await?;
+    let receiver = Receiver::start(Script::Accept).await?;
+    let bundle = receiver.ca_bundle();
+    let bundle = bundle.to_str().unwrap_or_default().to_owned();
+    env.start_controller(&[("SSL_CERT_FILE", &bundle)])?;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "audit-secret"},
+        "stringData": {"url": receiver.url, "hmacKey": "lifecycle-e2e-hmac"}}))?;
+    env.api::<Secret>().create(&PostParams::default(), &secret).await?;
+    let sink: kuvryn_sync_api::NotificationSink = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "NotificationSink",
+        "metadata": {"name": "audit"},
+        "spec": {"type": "webhook", "secretRef": {"name": "audit-secret"}}}))?;
+    env.api::<kuvryn_sync_api::NotificationSink>().create(&PostParams::default(), &sink).await?;
+    let unready = serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "slow"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "slow"}},
+                 "template": {"metadata": {"labels": {"app": "slow"}},
+                              "spec": {"containers": [{"name": "app",
+                                  "image": "registry.example/slow:1",
+                                  "env": [{"name": "KSYNC_SIMULATE", "value": "unready"}],
+                                  "readinessProbe": {"httpGet": {"path": "/ready",
+                                                                 "port": 8080}}}]}}}}))?;
+    env.push(&[("apps/slow/d.yaml", unready)], "never ready").await?;
+    let spec = json!({"health": {"timeout": "2s"},
+        "notifications": [{"sinkRef": {"name": "audit"}, "events": ["Healthy", "Failed"]}]});
+    env.create_app("slow", "apps/slow", spec).await?;
+    env.wait_ready("slow", "False", "RetryBlocked").await?;
+    env.wait_event("slow", "RetryBlocked").await?;
+    // A sink receives its notifications in order: once a fixed commit's Healthy arrives, any
+    // second Failed would have arrived before it.
+    let ready = serde_json::to_string(&json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "slow"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "slow"}},
+                 "template": {"metadata": {"labels": {"app": "slow"}},
+                              "spec": {"containers": [{"name": "app",
+                                  "image": "registry.example/slow:2"}]}}}}))?;
+    env.push(&[("apps/slow/d.yaml", ready)], "ready").await?;
+    env.wait_ready("slow", "True", "Healthy").await?;
+    wait_for("the Healthy notification", DEADLINE, || async {
+        let healthy = receiver.with("event", "Healthy");
+        Ok(((!healthy.is_empty()).then_some(()), format!("{:?}", receiver.received())))
+    })
+    .await?;
+    let failed = receiver.with("event", "Failed");
+    assert_eq!(failed.len(), 1, "{:?}", receiver.received());
+    assert!(failed[0].json()["message"].as_str().is_some_and(|m| m.contains("slow")));
+    Ok(())
+}
+
+/// A service account that may not list a managed kind (`PruneInventoryIncomplete`) still has
+/// its desired objects of that kind read one by one, so their health is observed and the
+/// rollout ends Healthy instead of a false TimeoutFailure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_of_a_kind_the_account_may_not_list_are_still_observed() -> Result<()> {
+    let env = env("life-unlisted", true).await?;
+    account_with(&env, "nolist", &["configmaps"], &["get", "create", "patch", "update"]).await?;
+    let commit =
+        env.push(&[("apps/web/cm.yaml", config_map("seen", "1", json!({})))], "one").await?;
+    env.create_app(
+        "web",
+        "apps/web",
+        json!({"serviceAccountName": "nolist",
+                                            "health": {"timeout": "3s"}}),
+    )
+    .await?;
+    env.wait_event("web", "PruneInventoryIncomplete").await?;
+    let message = env.wait_ready("web", "True", "Healthy").await?;
+    assert!(message.contains(&commit), "{message}");
+    Ok(())
+}
+
+/// An Application reacts within seconds, not at the resync, to the NotificationSink it
+/// subscribes to: missing, it is NotificationsReady=False/SinkInvalid; created (its Secret
+/// first), NotificationsReady=True/SinksReady follows at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_created_later_is_seen_within_seconds() -> Result<()> {
+    let env = env("life-sink", true).await?;
+    env.push(&[("apps/web/cm.yaml", config_map("web", "1", json!({})))], "one").await?;
+    let spec = json!({"notifications": [{"sinkRef": {"name": "audit"}, "events": ["Failed"]}]});
+    env.create_app("web", "apps/web", spec).await?;
+    let notifications = |app: &Application| {
+        app.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "NotificationsReady")
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    env.wait_app("web", "NotificationsReady=False/SinkInvalid", |app| {
+        notifications(app) == Some(("False".into(), "SinkInvalid".into()))
+    })
+    .await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "audit-secret"},
+        "stringData": {"url": "https://127.0.0.1:9/hook", "hmacKey": "lifecycle-e2e-hmac"}}))?;
+    env.api::<Secret>().create(&PostParams::default(), &secret).await?;
+    let sink: kuvryn_sync_api::NotificationSink = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "NotificationSink",
+        "metadata": {"name": "audit"},
+        "spec": {"type": "webhook", "secretRef": {"name": "audit-secret"}}}))?;
+    env.api::<kuvryn_sync_api::NotificationSink>().create(&PostParams::default(), &sink).await?;
+    let start = std::time::Instant::now();
+    wait_for("NotificationsReady=True within 10 s", std::time::Duration::from_secs(10), || async {
+        let app = env.api::<Application>().get("web").await?;
+        let seen = notifications(&app);
+        Ok((
+            (seen == Some(("True".into(), "SinksReady".into()))).then_some(()),
+            format!("{seen:?}"),
+        ))
+    })
+    .await?;
+    println!("sink seen in {:?}", start.elapsed());
+    Ok(())
+}
+
+/// A HealthCheck created for a kind an Application already manages re-observes that
+/// Application within seconds: a rule marking its ConfigMaps Degraded turns a Healthy
+/// Application Ready=False/Degraded without a new commit or the resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_health_check_change_is_seen_within_seconds() -> Result<()> {
+    let env = env("life-check", true).await?;
+    let ns = env.namespace.clone();
+    env.push(&[("apps/web/cm.yaml", config_map("marked", "1", json!({})))], "one").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    let check: kuvryn_sync_api::HealthCheck = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "HealthCheck",
+        "metadata": {"name": format!("{ns}-configmaps")},
+        "spec": {"group": "", "kind": "ConfigMap", "rules": [
+            {"expression": format!("object.metadata.namespace == '{ns}'"),
+             "state": "Degraded", "message": "marked by the test"}]}}))?;
+    let checks = kube::Api::<kuvryn_sync_api::HealthCheck>::all(env.cluster.client());
+    checks.create(&PostParams::default(), &check).await?;
+    let seen = wait_for(
+        "Ready=False/Degraded within 10 s",
+        std::time::Duration::from_secs(10),
+        || async {
+            let app = env.api::<Application>().get("web").await?;
+            let now = ready(&app);
+            let degraded = now.as_ref().is_some_and(|(s, r, _)| s == "False" && r == "Degraded");
+            Ok((degraded.then(|| now.clone()), format!("{now:?}")))
+        },
+    )
+    .await;
+    checks.delete(&format!("{ns}-configmaps"), &Default::default()).await?;
+    let message = seen?.map(|(_, _, m)| m).unwrap_or_default();
+    assert!(message.contains("marked by the test"), "{message}");
+    Ok(())
+}
