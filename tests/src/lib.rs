@@ -6,6 +6,7 @@ pub mod charts;
 pub mod cli;
 pub mod cluster;
 pub mod helm;
+pub mod image;
 pub mod process_tree;
 pub mod receiver;
 pub mod registry;
