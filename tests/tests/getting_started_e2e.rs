@@ -17,7 +17,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use kuvryn_sync_tests::cluster::{ControllerProcess, TestCluster, workspace_binary};
+use kuvryn_sync_tests::cluster::{
+    ControllerProcess, TestCluster, skip_on_real_cluster, workspace_binary,
+};
 use kuvryn_sync_tests::helm::{chart_dir, render_chart_in, workspace_root};
 use kuvryn_sync_tests::install::{apply, kubectl, start_webhook};
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon};
@@ -149,15 +151,12 @@ async fn fetch_now(cluster: &TestCluster) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_getting_started_guide_reaches_a_healthy_application() -> Result<()> {
-    let cluster = TestCluster::start_with_workloads().await?;
-    if cluster.sandbox().is_none() {
-        eprintln!(
-            "SKIPPED the_getting_started_guide_reaches_a_healthy_application: it stands the \
-             binaries in for the chart's Pods through the sandbox's Service map, which a real \
-             cluster (KSYNC_E2E_KUBECONFIG) does not have"
-        );
+    let test = "the_getting_started_guide_reaches_a_healthy_application";
+    if skip_on_real_cluster(test, "the sandbox's Service map (the binaries stand in for the Pods)")
+    {
         return Ok(());
     }
+    let cluster = TestCluster::start_with_workloads().await?;
     let dir = tempfile::tempdir()?;
     let (_webhook, _controller) = install(&cluster, dir.path()).await?;
     let git_root = tempfile::tempdir()?;
