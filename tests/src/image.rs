@@ -77,14 +77,22 @@ pub fn unshare_unavailable() -> Option<String> {
     }
 }
 
-/// Run `scripts/image --profile debug --no-build` on the binaries next to the test executable
-/// into `out`; the images it reports, by name (`kuvryn-sync-controller`, `kuvryn-sync-webhook`).
-pub fn build_images(bin_dir: &Path, out: &Path) -> Result<BTreeMap<String, BuiltImage>> {
+/// Run `scripts/image --profile debug --no-build` on the binaries in `bin_dir` into `out`, with
+/// `extra` arguments and environment (`--push …`); the images it reports, by name
+/// (`kuvryn-sync-controller`, `kuvryn-sync-webhook`).
+pub fn build_images(
+    bin_dir: &Path,
+    out: &Path,
+    extra: &[&std::ffi::OsStr],
+    env: &[(&str, &Path)],
+) -> Result<BTreeMap<String, BuiltImage>> {
     let output = Command::new(workspace_root().join("scripts/image"))
         .args(["--profile", "debug", "--no-build", "--bin-dir"])
         .arg(bin_dir)
         .arg("--out")
         .arg(out)
+        .args(extra)
+        .envs(env.iter().copied())
         .env(kuvryn_sync_helm::LIBHELM_ENV, crate::helm::libhelm())
         .output()
         .context("running scripts/image")?;

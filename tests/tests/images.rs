@@ -2,6 +2,8 @@
 //! (`kuvryn_sync_tests::image`): each image is unpacked and started in a private mount namespace
 //! on its read-only root filesystem, as its own non-root user, with only its volumes writable.
 //!
+//! - `scripts/image --push` puts both in a registry (the test's `docker-registry`, TLS and
+//!   htpasswd) under the digests it reported.
 //! - Both images are labelled (source, version, revision) and declare user 65532; the chart's
 //!   default render names exactly these two images.
 //! - The controller image has every tool: the controller prints its version, git, ssh, the
@@ -34,6 +36,7 @@ use kuvryn_sync_tests::image::{
     unshare_unavailable,
 };
 use kuvryn_sync_tests::process_tree::tree;
+use kuvryn_sync_tests::servers::registry::OciRegistry;
 use kuvryn_sync_tests::servers::{ServerProcess, SshGit, free_port};
 use serde_json::{Value, json};
 
@@ -55,10 +58,15 @@ async fn images_run_as_non_root_on_a_read_only_root_with_every_tool() -> Result<
     }
     let bin_dir = workspace_binary(CONTROLLER)?.parent().context("bin dir")?.to_owned();
     let out = tempfile::tempdir()?;
-    let images = build_images(&bin_dir, out.path())?;
+    let registry = OciRegistry::start("pusher", "canary-pw-3f9e-image-push")?;
+    let push = PushTo::new(&registry, out.path())?;
+    let images = build_images(&bin_dir, &out.path().join("images"), &push.args(), &push.env())?;
     let controller = images.get(CONTROLLER).context("no controller image")?;
     let webhook = images.get(WEBHOOK).context("no webhook image")?;
     print_sizes(controller, webhook);
+    for image in [controller, webhook] {
+        push.check_pushed(image)?;
+    }
     for image in [controller, webhook] {
         check_metadata(image)?;
     }
@@ -77,6 +85,61 @@ async fn images_run_as_non_root_on_a_read_only_root_with_every_tool() -> Result<
     assert_eq!(snapshot(&controller_root)?, before.0, "the controller image wrote to its root");
     assert_eq!(snapshot(&webhook_root)?, before.1, "the webhook image wrote to its root");
     Ok(())
+}
+
+/// `scripts/image --push` to the test registry: skopeo's auth file and the registry's CA.
+struct PushTo {
+    host: String,
+    auth_file: PathBuf,
+    cert_dir: PathBuf,
+}
+
+impl PushTo {
+    fn new(registry: &OciRegistry, dir: &Path) -> Result<Self> {
+        use base64::Engine as _;
+        let auth =
+            base64::engine::general_purpose::STANDARD.encode("pusher:canary-pw-3f9e-image-push");
+        let auth_file = dir.join("auth.json");
+        let host = registry.host();
+        std::fs::write(&auth_file, json!({"auths": {&host: {"auth": auth}}}).to_string())?;
+        let cert_dir = dir.join("certs");
+        std::fs::create_dir_all(&cert_dir)?;
+        std::fs::write(cert_dir.join("ca.crt"), &registry.ca_pem)?;
+        Ok(Self { host, auth_file, cert_dir })
+    }
+
+    fn args(&self) -> Vec<&std::ffi::OsStr> {
+        vec![
+            "--push".as_ref(),
+            self.host.as_ref(),
+            "--push-cert-dir".as_ref(),
+            self.cert_dir.as_os_str(),
+        ]
+    }
+
+    fn env(&self) -> Vec<(&str, &Path)> {
+        vec![("REGISTRY_AUTH_FILE", self.auth_file.as_path())]
+    }
+
+    /// The registry serves the image under its tag with the digest scripts/image reported.
+    fn check_pushed(&self, image: &BuiltImage) -> Result<()> {
+        let name = image.reference.rsplit('/').next().context("image name")?;
+        let out = Command::new("skopeo")
+            .args(["inspect", "--format", "{{.Digest}}", "--cert-dir"])
+            .arg(&self.cert_dir)
+            .arg("--authfile")
+            .arg(&self.auth_file)
+            .arg(format!("docker://{}/{name}", self.host))
+            .output()?;
+        let digest = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        ensure!(
+            out.status.success() && digest == image.digest,
+            "pushed {name}: registry has {digest:?}, built {}: {}",
+            image.digest,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
 }
 
 fn print_sizes(controller: &BuiltImage, webhook: &BuiltImage) {
