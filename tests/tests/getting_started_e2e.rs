@@ -236,3 +236,35 @@ async fn wait_deployed(cluster: &TestCluster, name: &str, commit: &str) -> Resul
 fn controller_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("controller.log")).unwrap_or_default()
 }
+
+/// Every example file the guide names exists, and every file under `docs/examples/` is named by
+/// the guide (directly, or as part of `examples/platform/`), so nothing there is left unexplained.
+#[test]
+fn the_guide_names_exactly_the_example_files() -> Result<()> {
+    let guide = std::fs::read_to_string(workspace_root().join("docs/getting-started.md"))?;
+    let named: std::collections::BTreeSet<String> = guide
+        .split(|c: char| c.is_whitespace() || matches!(c, '(' | ')' | '`' | '[' | ']'))
+        .filter_map(|w| w.find("examples/").map(|at| w[at + "examples/".len()..].to_owned()))
+        .map(|w| w.trim_end_matches(['.', ',', ':']).trim_end_matches('/').to_owned())
+        .filter(|w| !w.is_empty())
+        .collect();
+    for name in &named {
+        ensure!(examples().join(name).exists(), "the guide names docs/examples/{name}, missing");
+    }
+    let mut pending = vec![examples()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let relative = path.strip_prefix(examples())?.to_string_lossy().into_owned();
+            if path.is_dir() {
+                pending.push(path);
+            } else if !named
+                .iter()
+                .any(|n| relative == *n || relative.starts_with(&format!("{n}/")))
+            {
+                bail!("docs/examples/{relative} is not named by docs/getting-started.md");
+            }
+        }
+    }
+    Ok(())
+}
