@@ -104,3 +104,27 @@ fn the_kind_workflow_parses_and_names_only_what_exists() {
         assert!(exists, "the workflow names {path}, which does not exist");
     }
 }
+
+/// The chart with default values runs exactly the images `scripts/image` names (checked without
+/// building them; `images.rs` checks the built ones where it can run).
+#[test]
+fn the_chart_defaults_name_the_images_scripts_image_builds() {
+    let out = std::process::Command::new(workspace_root().join("scripts/image"))
+        .arg("--print-references")
+        .env_remove("KSYNC_IMAGE_PREFIX")
+        .output()
+        .expect("scripts/image --print-references");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut built: Vec<String> =
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    built.sort();
+    let render = kuvryn_sync_tests::helm::render_chart(serde_json::json!({})).expect("render");
+    let mut named: Vec<String> = render
+        .of_kind("Deployment")
+        .iter()
+        .filter_map(|d| d["spec"]["template"]["spec"]["containers"][0]["image"].as_str())
+        .map(str::to_owned)
+        .collect();
+    named.sort();
+    assert_eq!(named, built);
+}
