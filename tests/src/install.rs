@@ -65,14 +65,16 @@ pub async fn apply(
     Ok(())
 }
 
-/// Start the real webhook with the chart's serving certificate and the cluster's kubeconfig,
-/// and point the chart's Service at it (the sandbox resolves Services through this map; a real
-/// cluster runs the chart's Pods, and `None` is returned).
+/// Start the real webhook with the chart's serving certificate and `kubeconfig` (the admin's, or
+/// the chart's webhook ServiceAccount's), and point the chart's Service at it (the sandbox
+/// resolves Services through this map; a real cluster runs the chart's Pods, and `None` is
+/// returned).
 pub fn start_webhook(
     cluster: &TestCluster,
     render: &ChartRender,
     namespace: &str,
     dir: &Path,
+    kubeconfig: &Path,
 ) -> Result<Option<ServerProcess>> {
     let Some(sandbox) = cluster.sandbox() else { return Ok(None) };
     let secret = render.get("Secret", WEBHOOK_TLS_SECRET);
@@ -90,7 +92,7 @@ pub fn start_webhook(
         .arg(dir.join("tls.crt"))
         .arg("--tls-key-file")
         .arg(dir.join("tls.key"))
-        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .env_remove("KUBERNETES_SERVICE_HOST");
     let mut webhook =
         ServerProcess::spawn("kuvryn-sync-webhook", command, &dir.join("webhook.log"))?;

@@ -53,7 +53,7 @@ async fn installing_the_chart_does_not_block_creating_an_application() -> Result
     let render = render_chart_in(&chart_dir(), &namespace, json!({}))?;
     let objects: Vec<&Value> = render.docs.iter().map(|d| &d.object).collect();
     apply(&cluster, dir.path(), "chart", &objects).await?;
-    let _webhook = start_webhook(&cluster, &render, &namespace, dir.path())?;
+    let _webhook = start_webhook(&cluster, &render, &namespace, dir.path(), cluster.kubeconfig())?;
 
     let (ok, out) = create_application(&cluster, &namespace, dir.path(), "web").await?;
     assert!(ok, "creating an Application after installing the chart: {out}");

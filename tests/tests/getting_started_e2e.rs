@@ -1,6 +1,7 @@
 //! docs/getting-started.md, followed step by step against the test cluster with the real binaries
 //! standing in for the chart's Pods: the chart installed (objects rendered by the real Helm
-//! engine, the webhook behind its Service), every manifest of the guide applied from
+//! engine, the webhook behind its Service; controller and webhook authenticated as the chart's
+//! ServiceAccounts, so only the chart's RBAC lets them act), every manifest of the guide applied from
 //! `docs/examples/` (the Repository's URL pointed at a local git daemon serving a copy of
 //! `docs/examples/platform/`), then the guide's `ksync` commands: `status` lists both
 //! Applications, `sync --yes` approves `web`, which becomes Synced and Healthy; the discovered
@@ -88,7 +89,8 @@ fn platform_files(root: &Path) -> Result<Vec<(String, String)>> {
     Ok(files)
 }
 
-/// Install the chart into `namespace` and start the controller against the cluster.
+/// Install the chart (as `helm install` would) and start the controller and the webhook as the
+/// chart's ServiceAccounts, so that the chart's RBAC is what they can do.
 async fn install(
     cluster: &TestCluster,
     dir: &Path,
@@ -97,10 +99,18 @@ async fn install(
     let render = render_chart_in(&chart_dir(), &system, json!({}))?;
     let objects: Vec<&Value> = render.docs.iter().map(|d| &d.object).collect();
     apply(cluster, dir, "chart", &objects).await?;
-    let webhook = start_webhook(cluster, &render, &system, dir)?;
+    let sandbox = cluster.sandbox().context("the guide's test runs on the sandbox")?;
+    let identity = |name: &str| {
+        let user = format!("system:serviceaccount:{system}:{name}");
+        sandbox.user_kubeconfig(&user, &["system:authenticated"])
+    };
+    let (controller_kc, webhook_kc) =
+        (identity("kuvryn-sync-controller")?, identity("kuvryn-sync-webhook")?);
+    let webhook = start_webhook(cluster, &render, &system, dir, &webhook_kc)?;
     let flags = ["--leader-election-namespace", &system, "--default-poll-interval", "1h"];
+    let env = [("KUBECONFIG", controller_kc.to_str().context("kubeconfig path")?)];
     let controller =
-        ControllerProcess::start_logged(cluster, &flags, &[], &dir.join("controller.log"))?;
+        ControllerProcess::start_logged(cluster, &flags, &env, &dir.join("controller.log"))?;
     Ok((webhook, controller))
 }
 
@@ -175,7 +185,10 @@ async fn the_getting_started_guide_reaches_a_healthy_application() -> Result<()>
     let status = ksync_until(&cluster, &["status"], "broken").await?;
     ensure!(status.contains("web"), "{status}");
     // ksync sync web: approve the waiting Revision, then Synced and Healthy.
-    approve(&cluster, "web", &first).await?;
+    if let Err(e) = approve(&cluster, "web", &first).await {
+        let status = application(&cluster, "web").await?["status"].clone();
+        bail!("{e:#}\nweb: {status}\ncontroller log:\n{}", controller_log(dir.path()));
+    }
     let (code, out) =
         ksync(&cluster, &["wait", "web", "--for", "healthy", "--timeout", "90s"]).await?;
     ensure!(code == 0, "ksync wait web --for healthy: {out}\n{}", controller_log(dir.path()));
