@@ -25,7 +25,7 @@ pub struct KubeArgs {
     /// destination namespace of the rendered objects.
     #[arg(short = 'n', long, global = true, value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// List Applications of every namespace (`status` only).
+    /// List Applications of every namespace (`status`), or watch every namespace (`ui`).
     #[arg(short = 'A', long, global = true)]
     pub all_namespaces: bool,
     /// Act as this user (impersonation, as kubectl's --as): approvals and rollbacks are

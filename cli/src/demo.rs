@@ -2,7 +2,8 @@
 //! API with simulated workloads (`ksync-sandbox`), the admission webhook (a CA and serving
 //! certificate from `kuvryn-sync-certs`, registered as the chart registers it), the controller,
 //! and `git daemon` serving a sample repository the demo writes; creates a Repository and the
-//! sample Applications; shows progress until the automatic ones are Healthy; prints what to try
+//! sample Applications; shows progress until the automatic ones are Healthy; starts the web view
+//! (`ksync ui`, this same binary, on a free loopback port); prints its address and what to try
 //! next; and on Ctrl-C stops everything it started and removes its temporary directory.
 //!
 //! The sibling binaries (`ksync-sandbox`, `kuvryn-sync-webhook`, `kuvryn-sync-controller`) are
@@ -128,7 +129,21 @@ pub async fn run() -> Result<()> {
 
     create_demo_objects(&client, port, binaries.helm_library.is_some()).await?;
     wait_until_healthy(&client, &automatic_apps(binaries.helm_library.is_some())).await?;
-    print_next_steps(&kubeconfig, binaries.helm_library.is_none())?;
+
+    say("starting the web view (ksync ui)");
+    let (ui, ui_ready) = spawn_ready(
+        Command::new(std::env::current_exe()?).arg("--kubeconfig").arg(&kubeconfig).args([
+            "-n",
+            NAMESPACE,
+            "ui",
+            "--listen",
+            "127.0.0.1:0",
+        ]),
+        &dir.path().join("ui.log"),
+    )?;
+    started.children.push(("ui", ui));
+    let ui_url = ui_ready.strip_prefix("ready ").context("the web view's address")?.to_owned();
+    print_next_steps(&kubeconfig, &ui_url, binaries.helm_library.is_none())?;
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -524,14 +539,21 @@ async fn wait_until_healthy(client: &kube::Client, apps: &[&str]) -> Result<()> 
     }
 }
 
-fn print_next_steps(kubeconfig: &Path, without_helm: bool) -> Result<()> {
+fn print_next_steps(kubeconfig: &Path, ui_url: &str, without_helm: bool) -> Result<()> {
     let mut out = std::io::stdout().lock();
     let k = kubeconfig.display();
     writeln!(out, "ready kubeconfig={k}")?;
+    writeln!(out, "ready ui={ui_url}")?;
     writeln!(
         out,
         "
-Kuvryn Sync is running on this machine. In another terminal:
+Kuvryn Sync is running on this machine.
+
+Open the web view: {ui_url}
+  (Applications, the broken one's tree down to its missing Secret, the plan waiting for
+  approval and its Approve button; it acts as the demo's kubeconfig user.)
+
+Or, in another terminal:
 
   export KUBECONFIG={k}
   kubectl get kuvryn -A                     # Repositories, Applications, Revisions

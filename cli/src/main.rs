@@ -1,8 +1,8 @@
 //! `ksync`: the Kuvryn Sync command-line interface.
 //!
-//! Cluster commands (`status`, `plan`, `sync`, `rollback`, `history`, `diagnose`, `wait`) talk to
-//! any cluster through the usual kubeconfig rules; `render --local` needs no cluster and renders
-//! with the same library functions the controller uses. Each command lives in its own module; the
+//! Cluster commands (`status`, `plan`, `sync`, `rollback`, `history`, `diagnose`, `wait`, and the
+//! web view `ui`) talk to any cluster through the usual kubeconfig rules; `render --local` needs
+//! no cluster and renders with the same library functions the controller uses. Each command lives in its own module; the
 //! decisions they make (which Revision, which exit code, what to print) are pure functions with
 //! table tests, and the modules only fetch objects and write patches around them.
 //!
@@ -21,6 +21,7 @@ mod revisions;
 mod rollback;
 mod status;
 mod sync;
+mod ui;
 mod wait;
 
 use std::io::Write;
@@ -64,6 +65,9 @@ enum Command {
     Diagnose(diagnose::DiagnoseArgs),
     /// Wait until an Application is healthy or synced; exit 1 on timeout or on a failure.
     Wait(wait::WaitArgs),
+    /// Serve the web view on loopback: Applications, resource trees, plans, history and Events,
+    /// live, with approve, rollback, suspend and reconcile, all as you (your kubeconfig, --as).
+    Ui(ui::UiArgs),
     /// Render and validate a folder offline, as the controller would; no cluster needed.
     Render(render::RenderArgs),
     /// Run the whole loop on this machine: an embedded Kubernetes API with simulated workloads,
@@ -172,6 +176,7 @@ fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::History(args) => on_cluster(&cli.kube, async |c| history::run(c, &args).await),
         Command::Diagnose(args) => on_cluster(&cli.kube, async |c| diagnose::run(c, &args).await),
         Command::Wait(args) => on_cluster(&cli.kube, async |c| wait::run(c, &args).await),
+        Command::Ui(args) => on_cluster(&cli.kube, async |c| ui::run(c, &args).await),
     }
 }
 

@@ -69,6 +69,16 @@ pub fn rollback_annotations(target: &Revision) -> serde_json::Value {
     })
 }
 
+/// Request the rollback of Application `app` (in the cluster's namespace) to `target`:
+/// `ksync rollback` and the web view both request through this.
+pub async fn request(cluster: &Cluster, app: &str, target: &Revision) -> Result<()> {
+    cluster
+        .annotate(&cluster.applications(), app, rollback_annotations(target))
+        .await
+        .with_context(|| format!("cannot request the rollback of {app}"))?;
+    Ok(())
+}
+
 /// Run `ksync rollback`.
 pub async fn run(cluster: &Cluster, args: &RollbackArgs) -> Result<Outcome> {
     let app = cluster.application(&args.app).await?;
@@ -100,10 +110,7 @@ pub async fn run(cluster: &Cluster, args: &RollbackArgs) -> Result<Outcome> {
             }
         }
     }
-    cluster
-        .annotate(&cluster.applications(), &args.app, rollback_annotations(target))
-        .await
-        .with_context(|| format!("cannot request the rollback of {}", args.app))?;
+    request(cluster, &args.app, target).await?;
     output::print(&format!(
         "requested a rollback of {} to Revision {} (commit {}); follow it with `ksync wait {} \
          --for synced`\n",

@@ -7,7 +7,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use anyhow::{Context, Result};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
-use kuvryn_sync_api::{Application, Repository, keys};
+use kuvryn_sync_api::{Application, PlanSummary, Repository, Revision, keys};
 use serde_json::json;
 
 use crate::cluster::Cluster;
@@ -57,20 +57,7 @@ pub async fn run(cluster: &Cluster, args: &SyncArgs) -> Result<Outcome> {
         return refresh(cluster, &app).await;
     }
     let all = cluster.revisions(&args.app).await?;
-    let Some(revision) = revisions::awaiting_approval(&all) else {
-        let state = app.status.as_ref().map(|s| s.sync.state.to_string()).unwrap_or_default();
-        anyhow::bail!(
-            "nothing awaits approval: no Revision of {} is in AwaitingApproval (sync state {state}); \
-             `ksync status {}` shows where it is",
-            args.app,
-            args.app
-        );
-    };
-    let plan = revision
-        .status
-        .as_ref()
-        .and_then(|s| s.plan.as_ref())
-        .context("the Revision awaiting approval has no plan")?;
+    let (revision, plan) = pending_approval(&app, &all)?;
     output::print(&crate::plan::describe(revision, plan, Style::for_stdout()))?;
     match consent(args.yes, std::io::stdin().is_terminal()) {
         Consent::Given => {}
@@ -93,14 +80,7 @@ pub async fn run(cluster: &Cluster, args: &SyncArgs) -> Result<Outcome> {
             }
         }
     }
-    let annotations = json!({
-        keys::APPROVED_REVISION: name(revision),
-        keys::APPROVE_DIGEST: plan.digest,
-    });
-    cluster
-        .annotate(&cluster.applications(), &args.app, annotations)
-        .await
-        .with_context(|| format!("cannot approve Revision {}", name(revision)))?;
+    approve(cluster, &args.app, name(revision), &plan.digest).await?;
     output::print(&format!(
         "approved Revision {} (plan {}); follow it with `ksync wait {} --for healthy`\n",
         name(revision),
@@ -110,8 +90,46 @@ pub async fn run(cluster: &Cluster, args: &SyncArgs) -> Result<Outcome> {
     Ok(Outcome::Done)
 }
 
-/// Ask for an immediate fetch of the Application's Repository.
-async fn refresh(cluster: &Cluster, app: &Application) -> Result<Outcome> {
+/// The Revision awaiting approval (`all` newest first) and its plan, or why there is none.
+pub fn pending_approval<'a>(
+    app: &Application,
+    all: &'a [Revision],
+) -> Result<(&'a Revision, &'a PlanSummary)> {
+    let app_name = app.metadata.name.as_deref().unwrap_or_default();
+    let Some(revision) = revisions::awaiting_approval(all) else {
+        let state = app.status.as_ref().map(|s| s.sync.state.to_string()).unwrap_or_default();
+        anyhow::bail!(
+            "nothing awaits approval: no Revision of {app_name} is in AwaitingApproval (sync state \
+             {state}); `ksync status {app_name}` shows where it is"
+        );
+    };
+    let plan = revision
+        .status
+        .as_ref()
+        .and_then(|s| s.plan.as_ref())
+        .context("the Revision awaiting approval has no plan")?;
+    Ok((revision, plan))
+}
+
+/// The approval of Revision `revision` with plan digest `digest`: both annotations in one
+/// merge patch, so the webhook checks the digest and records who approved.
+pub fn approval_annotations(revision: &str, digest: &str) -> serde_json::Value {
+    json!({keys::APPROVED_REVISION: revision, keys::APPROVE_DIGEST: digest})
+}
+
+/// Approve Revision `revision` of Application `app` (in the cluster's namespace) for the plan
+/// with digest `digest`: `ksync sync` and the web view both approve through this.
+pub async fn approve(cluster: &Cluster, app: &str, revision: &str, digest: &str) -> Result<()> {
+    cluster
+        .annotate(&cluster.applications(), app, approval_annotations(revision, digest))
+        .await
+        .with_context(|| format!("cannot approve Revision {revision}"))?;
+    Ok(())
+}
+
+/// Ask for an immediate fetch of `app`'s Repository by setting its `reconcile-requested-at`
+/// annotation (as the push receivers do); returns the time written.
+pub async fn request_fetch(cluster: &Cluster, app: &Application) -> Result<String> {
     let repository = &app.spec.source.repository_ref.name;
     let api: Api<Repository> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let now = Timestamp::now().round(k8s_openapi::jiff::Unit::Second)?.to_string();
@@ -121,6 +139,13 @@ async fn refresh(cluster: &Cluster, app: &Application) -> Result<Outcome> {
         .with_context(|| {
             format!("cannot request a refresh of Repository {repository}; does it exist?")
         })?;
+    Ok(now)
+}
+
+/// Ask for an immediate fetch of the Application's Repository.
+async fn refresh(cluster: &Cluster, app: &Application) -> Result<Outcome> {
+    let repository = &app.spec.source.repository_ref.name;
+    let now = request_fetch(cluster, app).await?;
     output::print(&format!(
         "{} syncs automatically; requested an immediate fetch of Repository {repository} at {now}\n",
         app.metadata.name.as_deref().unwrap_or_default()

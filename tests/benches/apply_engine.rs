@@ -10,6 +10,11 @@
 //! - **re-sync with nothing changed**: normalise, observe and plan again; every object is
 //!   Unchanged, so nothing is applied. Fails unless it wrote nothing (no object's
 //!   resourceVersion moved).
+//! - **hardening** (`apply_engine_hardening`): the same first sync through the controller's
+//!   client (which retries transient failures behind a buffer, `clients::observed_client`)
+//!   against a plain kube-rs client with the same impersonation, before against after in the
+//!   same run: pairs interleaved, which goes first alternating, the ratio the median of the
+//!   pairs' ratios. The goal (≤ 1.05×) is printed, not enforced.
 //!
 //! Prints one JSON line per measurement. Run with `cargo bench -p kuvryn-sync-tests --bench
 //! apply_engine` (scripts/test runs it with `--profile dev`).
@@ -22,7 +27,9 @@ use futures::{StreamExt, TryStreamExt, stream};
 use ksync_sandbox::{Sandbox, harness};
 use kube::api::{Api, DynamicObject, ListParams};
 use kuvryn_sync_api::PlanAction;
-use kuvryn_sync_apply::clients::ImpersonatedClients;
+use kuvryn_sync_apply::clients::{
+    ImpersonatedClients, service_account_groups, service_account_user,
+};
 use kuvryn_sync_apply::engine::{CONCURRENCY, Engine};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_core::desired::DesiredState;
@@ -35,6 +42,8 @@ use serde_json::{Value, json};
 const OBJECTS: usize = 100;
 const ROUNDS: usize = 5;
 const GOAL_RATIO: f64 = 1.5;
+/// The hardening ratio this benchmark aims for (printed, not enforced).
+const HARDENING_GOAL: f64 = 1.05;
 const REVISION: &str = "bench-0001";
 
 /// 60 ConfigMaps, 20 Secrets and 20 Services.
@@ -124,7 +133,7 @@ async fn main() -> Result<()> {
     let admin = sandbox.client().await?;
     let kubeconfig = kube::config::Kubeconfig::read_from(sandbox.kubeconfig_path())?;
     let base = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    let clients = ImpersonatedClients::new(base, 64);
+    let clients = ImpersonatedClients::new(base.clone(), 64);
 
     let (mut ours, mut raw) = (Vec::new(), Vec::new());
     let mut last_engine_namespace = String::new();
@@ -174,6 +183,63 @@ async fn main() -> Result<()> {
             "a re-sync with nothing changed wrote {writes} object(s), planned {unchanged} Unchanged"
         );
     }
+    hardening(&admin, &clients, &base).await
+}
+
+/// A plain kube-rs client impersonating `namespace`'s deployer: what the engine used before its
+/// clients retried transient failures.
+fn plain_client(base: &kube::Config, namespace: &str) -> Result<kube::Client> {
+    let mut config = base.clone();
+    config.auth_info.impersonate = Some(service_account_user(namespace, "deployer"));
+    config.auth_info.impersonate_groups = Some(service_account_groups(namespace));
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// One first sync into a fresh namespace, through the client `client_for` makes; timed.
+async fn timed_first_sync(
+    admin: &kube::Client,
+    client_for: impl Fn(&str) -> Result<kube::Client>,
+) -> Result<Duration> {
+    let ns = namespace_with_deployer(admin, "bench-hardening").await?;
+    let client = client_for(&ns)?;
+    let start = Instant::now();
+    let actions = engine_sync(&client, &ns).await?;
+    let elapsed = start.elapsed();
+    if actions.iter().any(|a| *a != PlanAction::Create) || actions.len() != OBJECTS {
+        bail!("a first sync must create all {OBJECTS} objects, planned {actions:?}");
+    }
+    Ok(elapsed)
+}
+
+/// The controller's clients (after) against plain ones (before), pair by pair.
+async fn hardening(
+    admin: &kube::Client,
+    clients: &ImpersonatedClients,
+    base: &kube::Config,
+) -> Result<()> {
+    let hardened = |ns: &str| Ok(clients.for_service_account(ns, "deployer")?);
+    let plain = |ns: &str| plain_client(base, ns);
+    let (mut after, mut before, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for pair in 0..ROUNDS * 2 {
+        let (a, b) = if pair % 2 == 0 {
+            let a = timed_first_sync(admin, hardened).await?;
+            (a, timed_first_sync(admin, plain).await?)
+        } else {
+            let b = timed_first_sync(admin, plain).await?;
+            (timed_first_sync(admin, hardened).await?, b)
+        };
+        after.push(a);
+        before.push(b);
+        ratios.push(a.as_secs_f64() / b.as_secs_f64());
+    }
+    ratios.sort_by(f64::total_cmp);
+    let ratio = ratios[ratios.len() / 2];
+    println!(
+        "{}",
+        json!({"bench": "apply_engine_hardening", "objects": OBJECTS, "pairs": ROUNDS * 2,
+               "after_ms": ms(median(after)), "before_ms": ms(median(before)),
+               "hardening_ratio": (ratio * 1000.0).round() / 1000.0, "goal_ratio": HARDENING_GOAL})
+    );
     Ok(())
 }
 

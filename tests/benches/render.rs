@@ -13,10 +13,20 @@
 //!   `source::finish`. Direct is `HelmRenderer::render` of the chart directory with the same
 //!   values, without the sandbox.
 //! - **cache hit**: the key computed again and the output found.
+//! - **hardening** (`render_hardening`): what the cage around untrusted renders costs, before
+//!   against after in the same run. *After* is ours as above. *Before* is ours with the cage
+//!   off ([`Sandbox::UNCONFINED`]: no network namespace, no rlimits, the helper started by
+//!   `posix_spawn` instead of `fork`), minus what the YAML budget adds to the parse of the
+//!   engine's output (our budgeted `core::yaml` against serde-saphyr without our budgets, timed
+//!   on the same text). The pairs run interleaved, alternating which goes first, and the
+//!   ratio is the median of the pairs' ratios, so the machine's drift cancels out. The goal
+//!   (≤ 1.05×) is printed, not enforced. The remote-reference check and the object-size checks
+//!   run on both sides: they are part of the render either way and cost microseconds.
 //!
-//! Medians of `KSYNC_BENCH_ITERATIONS` rounds (default 7), printed as JSON lines with the ratio
-//! ours / direct; the goal of ≤ 1.1× is printed, not enforced. Fails only when a render fails,
-//! ours and direct disagree on the objects, or a second lookup misses.
+//! Medians of `KSYNC_BENCH_ITERATIONS` rounds (default 7) and `KSYNC_BENCH_HARDENING_PAIRS`
+//! pairs (default 15), printed as JSON lines with the ratio ours / direct; the goal of ≤ 1.1×
+//! is printed, not enforced. Fails only when a render fails, ours and direct disagree on the
+//! objects, or a second lookup misses.
 //!
 //! Needs `kubectl` on PATH, the Helm engine (`KSYNC_LIBHELM`, installed by scripts/test) and the
 //! `ksync-helm-render` helper built beside the benchmark:
@@ -40,6 +50,7 @@ use kuvryn_sync_render::cache::{
 };
 use kuvryn_sync_render::helm::{self, ChartSource};
 use kuvryn_sync_render::kustomize::{Kustomize, KustomizeProgram};
+use kuvryn_sync_render::sandbox::Sandbox;
 use kuvryn_sync_render::source::{self, RenderRequest, SourceRender};
 use kuvryn_sync_render::yaml::Limits;
 use kuvryn_sync_source::git::{FetchRequest, GitCache, TreeIds};
@@ -51,6 +62,10 @@ const CHART: &str = "charts/web";
 const VALUES_FILE: &str = "values/prod.yaml";
 const RELEASE: &str = "web";
 const NAMESPACE: &str = "bench";
+/// The hardening ratio this benchmark aims for (printed, not enforced).
+const HARDENING_GOAL: f64 = 1.05;
+/// Parses timed per side when measuring the YAML budget's cost.
+const PARSES: usize = 200;
 
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -360,6 +375,106 @@ fn main() -> Result<()> {
         || direct_helm(root, &renderer),
         |_| key(root, &helm_shape, &engine),
     )?;
+
+    // Before and after the hardening, pair by pair.
+    let pairs: usize = std::env::var("KSYNC_BENCH_HARDENING_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15)
+        .max(1);
+    let unconfined = Kustomize { sandbox: Sandbox::UNCONFINED, ..kustomize.clone() };
+    hardening(
+        "kustomize",
+        pairs,
+        || ours_kustomize(root, &kustomize, &RenderCache::new(16), &engine),
+        || ours_kustomize(root, &unconfined, &RenderCache::new(16), &engine),
+    )?;
+    hardening(
+        "helm",
+        pairs,
+        || ours_helm(root, &sandboxed, &kustomize, &RenderCache::new(16), &engine),
+        || ours_helm(root, &renderer, &unconfined, &RenderCache::new(16), &engine),
+    )?;
     drop(daemon);
     Ok(())
+}
+
+/// One render, timed.
+fn timed(render: &mut impl FnMut() -> Result<SourceRender>) -> Result<(f64, SourceRender)> {
+    let start = Instant::now();
+    let rendered = render()?;
+    Ok((ms(start.elapsed()), rendered))
+}
+
+/// `hardened` against `unconfined` over `pairs` interleaved pairs (which goes first alternates),
+/// less the YAML budget's cost on the engine's output; print one JSON line.
+fn hardening(
+    engine_name: &str,
+    pairs: usize,
+    mut hardened: impl FnMut() -> Result<SourceRender>,
+    mut unconfined: impl FnMut() -> Result<SourceRender>,
+) -> Result<()> {
+    let (mut after_ms, mut before_ms, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut output = None;
+    for pair in 0..pairs {
+        let (after, before) = if pair % 2 == 0 {
+            let after = timed(&mut hardened)?;
+            (after, timed(&mut unconfined)?)
+        } else {
+            let before = timed(&mut unconfined)?;
+            (timed(&mut hardened)?, before)
+        };
+        ensure!(
+            objects(after.1.objects.iter().map(|r| r.object.clone()))
+                == objects(before.1.objects.iter().map(|r| r.object.clone())),
+            "{engine_name}: the cage changed the rendered objects"
+        );
+        output.get_or_insert(after.1);
+        after_ms.push(after.0);
+        before_ms.push(before.0);
+        ratios.push(after.0 / before.0);
+    }
+    let output = output.context("at least one pair")?;
+    let text = output
+        .objects
+        .iter()
+        .map(|o| kuvryn_sync_core::yaml::to_string(&o.object))
+        .collect::<Result<Vec<_>, _>>()?
+        .join("---\n");
+    let (budgeted_ms, plain_ms) = parse_costs(&text)?;
+    let budget_ms = (budgeted_ms - plain_ms).max(0.0);
+    let (after, before) = (median(after_ms), median(before_ms));
+    let cage_ratio = median(ratios);
+    // Before = after / cage ratio, less what the budget adds to the one parse of the output.
+    let before_all = (after / cage_ratio - budget_ms).max(f64::MIN_POSITIVE);
+    let round2 = |v: f64| (v * 100.0).round() / 100.0;
+    println!(
+        "{}",
+        json!({
+            "bench": "render_hardening", "engine": engine_name, "pairs": pairs,
+            "after_ms": round2(after), "unconfined_ms": round2(before),
+            "cage_ratio": (cage_ratio * 1000.0).round() / 1000.0,
+            "parse_budgeted_ms": (budgeted_ms * 1000.0).round() / 1000.0,
+            "parse_plain_ms": (plain_ms * 1000.0).round() / 1000.0,
+            "hardening_ratio": ((after / before_all) * 1000.0).round() / 1000.0,
+            "goal_ratio": HARDENING_GOAL,
+        })
+    );
+    Ok(())
+}
+
+/// Median milliseconds of one parse of `text`: our budgeted parser, then serde-saphyr without
+/// our budgets, interleaved in batches.
+fn parse_costs(text: &str) -> Result<(f64, f64)> {
+    let (mut budgeted, mut plain) = (Vec::new(), Vec::new());
+    for _ in 0..PARSES {
+        let start = Instant::now();
+        let ours = kuvryn_sync_core::yaml::documents(text)?;
+        budgeted.push(ms(start.elapsed()));
+        let start = Instant::now();
+        let theirs: Vec<Value> = serde_saphyr::from_multiple(text)?;
+        plain.push(ms(start.elapsed()));
+        ensure!(ours.len() == theirs.len(), "both parsers read every document");
+    }
+    Ok((median(budgeted), median(plain)))
 }

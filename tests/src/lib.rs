@@ -2,6 +2,7 @@
 
 pub mod application;
 pub mod apply;
+pub mod browser;
 pub mod charts;
 pub mod cli;
 pub mod cluster;

@@ -1,5 +1,6 @@
-//! `ksync demo` as a newcomer runs it: the real binary as a process, until its "ready" line; then,
-//! through the kubeconfig it prints, kubectl sees the automatic Applications Ready, `ksync sync
+//! `ksync demo` as a newcomer runs it: the real binary as a process, until its "ready" line; the
+//! web view at the address it prints lists the demo's Applications; then, through the kubeconfig
+//! it prints, kubectl sees the automatic Applications Ready, `ksync sync
 //! --yes` approves the manual one (the webhook records the approver) and it deploys, and `ksync
 //! diagnose` names the missing Secret of the broken one. SIGINT stops every process the demo
 //! started and removes its temporary directory.
@@ -56,6 +57,19 @@ fn wait_until(
         }
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// `GET url` (an `http://HOST:PORT/` address) over a plain connection: status line, headers and
+/// body as text.
+fn http_get(url: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let host = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(stream, "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response)
 }
 
 fn application(kubeconfig: &str, name: &str) -> Result<Value> {
@@ -118,11 +132,21 @@ fn the_demo_runs_the_whole_loop_and_leaves_nothing_behind() -> Result<()> {
             }
         }
     };
+    let ui =
+        received.recv_timeout(Duration::from_secs(5)).context("a line after the kubeconfig")?;
+    let ui =
+        ui.strip_prefix("ready ui=").with_context(|| format!("the web view's address: {ui}"))?;
     let demo_dir = PathBuf::from(&kubeconfig).parent().context("the demo's folder")?.to_path_buf();
     let started_tree = process_tree::tree(demo.id());
     assert!(started_tree.len() >= 5, "the demo started its servers: {started_tree:?}");
 
     let result = (|| -> Result<()> {
+        // The web view the demo started answers, listing the demo's Applications.
+        let page = http_get(ui)?;
+        assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+        for name in ["guestbook", "approvals", "broken"] {
+            assert!(page.contains(&format!("/apps/demo/{name}")), "the list links {name}");
+        }
         for name in ["guestbook", "frontend", "api"] {
             let app = application(&kubeconfig, name)?;
             assert_eq!(ready(&app), ("True".into(), "Healthy".into()), "{name}");

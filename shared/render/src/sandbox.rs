@@ -99,6 +99,16 @@ pub struct ResourceLimits {
     pub max_open_files: u64,
 }
 
+impl ResourceLimits {
+    /// No limit at all (each at `RLIM_INFINITY`, capped to this process's own hard limits).
+    pub const UNLIMITED: ResourceLimits = ResourceLimits {
+        max_memory_bytes: u64::MAX,
+        max_cpu_seconds: u64::MAX,
+        max_file_bytes: u64::MAX,
+        max_open_files: u64::MAX,
+    };
+}
+
 impl Default for ResourceLimits {
     fn default() -> Self {
         ResourceLimits {
@@ -129,8 +139,17 @@ pub enum IsolationSupport {
 }
 
 impl Sandbox {
+    /// No cage: no limits, no namespace. [`Sandbox::apply`] then leaves the command untouched,
+    /// so the helper starts the way an unsupervised one would (`posix_spawn`, no `fork`). The
+    /// render benchmark measures the cage's cost against it; no flag of the controller gives it.
+    pub const UNCONFINED: Sandbox =
+        Sandbox { isolation: NetworkIsolation::Off, limits: ResourceLimits::UNLIMITED };
+
     /// Make `command` start its process under this sandbox (limits, then the namespace).
     pub fn apply(&self, command: &mut Command) {
+        if *self == Sandbox::UNCONFINED {
+            return;
+        }
         // Never above the hard limits this process has: raising one would fail the start.
         let cap = |resource, value: u64| {
             let hard = getrlimit(resource).map_or(u64::MAX, |(_, hard)| hard);
@@ -271,5 +290,31 @@ mod tests {
         }
         let err = "on".parse::<NetworkIsolation>().expect_err("refused");
         assert!(err.contains("auto, required, off"), "{err}");
+    }
+
+    /// The open-files limit a shell started under `sandbox` reports.
+    fn child_open_files(sandbox: &Sandbox) -> String {
+        let mut command = Command::new("sh");
+        command.args(["-c", "ulimit -n"]).stdout(Stdio::piped());
+        sandbox.apply(&mut command);
+        let output = command.output().expect("sh runs");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    #[test]
+    fn the_default_cage_limits_a_helper_and_the_unconfined_one_leaves_it_as_it_was() {
+        let limits = ResourceLimits { max_open_files: 77, ..ResourceLimits::default() };
+        let caged = Sandbox { isolation: NetworkIsolation::Off, limits };
+        assert_eq!(child_open_files(&caged), "77");
+        // A soft limit below the hard one: a cage with no limits would raise it to the hard
+        // limit; leaving the command untouched keeps it.
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("own limit");
+        let soft = soft.min(hard.saturating_sub(1));
+        setrlimit(Resource::RLIMIT_NOFILE, soft, hard).expect("lower own soft limit");
+        assert_eq!(child_open_files(&Sandbox::UNCONFINED), soft.to_string());
+        // Unlimited yet isolated is still a cage: it sets every limit (here to the hard one).
+        let isolated =
+            Sandbox { isolation: NetworkIsolation::Auto, limits: ResourceLimits::UNLIMITED };
+        assert_eq!(child_open_files(&isolated), hard.to_string());
     }
 }
