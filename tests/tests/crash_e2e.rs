@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use kuvryn_sync_tests::application::{Env, env_with_workloads};
-use kuvryn_sync_tests::cluster::ControllerProcess;
-use kuvryn_sync_tests::cluster::skip_on_real_cluster;
+use kuvryn_sync_tests::cluster::{ControllerProcess, skip_on_real_cluster};
 use kuvryn_sync_tests::rollouts::{
     DeletionWatch, app_name, current_version, inventory_problems, push_commit, revision_problems,
     rollout_kinds, wait_converged, wrong_prunes,

@@ -17,8 +17,7 @@ use k8s_openapi::api::core::v1::{ResourceQuota, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::{Application, Diagnosis, HealthCheck, keys};
 use kuvryn_sync_tests::application::{Env, env_with_workloads};
-use kuvryn_sync_tests::cluster::skip_on_real_cluster;
-use kuvryn_sync_tests::cluster::wait_for;
+use kuvryn_sync_tests::cluster::{skip_on_real_cluster, wait_for};
 use serde_json::{Value, json};
 
 /// A Deployment `name` of one replica whose container is `container` (merged over a default).
