@@ -189,16 +189,17 @@ fn chart_names_the_images(controller: &BuiltImage, webhook: &BuiltImage) -> Resu
 
 fn controller_has_every_tool(image: &BuiltImage, rootfs: &Path) -> Result<()> {
     let version = format!("{CONTROLLER} {}", env!("CARGO_PKG_VERSION"));
-    let kustomize = if rootfs.join("usr/local/bin/kustomize").exists() {
-        vec!["kustomize", "version"]
+    // A standalone kustomize prints only its version (v5.…); kubectl names its kustomize.
+    let (kustomize, kustomize_says) = if rootfs.join("usr/local/bin/kustomize").exists() {
+        (vec!["kustomize", "version"], "v")
     } else {
-        vec!["kubectl", "version", "--client"]
+        (vec!["kubectl", "version", "--client"], "Kustomize Version")
     };
     let checks: Vec<(Vec<&str>, &str)> = vec![
         (vec!["/usr/local/bin/kuvryn-sync-controller", "--version"], version.as_str()),
         (vec!["git", "--version"], "git version"),
         (vec!["ssh", "-V"], "OpenSSH"),
-        (kustomize, "Kustomize Version"),
+        (kustomize, kustomize_says),
         (vec!["/bin/sh", "-c", "echo sh works"], "sh works"),
         (vec!["/usr/bin/env", "/bin/sh", "-c", "echo env works"], "env works"),
     ];
