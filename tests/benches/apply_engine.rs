@@ -27,9 +27,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use ksync_sandbox::{Sandbox, harness};
 use kube::api::{Api, DynamicObject, ListParams};
 use kuvryn_sync_api::PlanAction;
-use kuvryn_sync_apply::clients::{
-    ImpersonatedClients, service_account_groups, service_account_user,
-};
+use kuvryn_sync_apply::clients::{ImpersonatedClients, service_account_user};
 use kuvryn_sync_apply::engine::{CONCURRENCY, Engine};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_core::desired::DesiredState;
@@ -191,7 +189,6 @@ async fn main() -> Result<()> {
 fn plain_client(base: &kube::Config, namespace: &str) -> Result<kube::Client> {
     let mut config = base.clone();
     config.auth_info.impersonate = Some(service_account_user(namespace, "deployer"));
-    config.auth_info.impersonate_groups = Some(service_account_groups(namespace));
     Ok(kube::Client::try_from(config)?)
 }
 

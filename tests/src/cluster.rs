@@ -98,6 +98,22 @@ fn random_suffix() -> String {
     format!("{:x}{:x}", std::process::id() ^ nanos, COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Tests whose workloads only the sandbox's simulation runs as they expect (fictional images
+/// such as `registry.example/app:1` that "pull", failures the simulator produces, images on a
+/// registry bound to the test machine's loopback) call this first. Against a real cluster
+/// (`KSYNC_E2E_KUBECONFIG`) it prints why `test` is skipped and returns true; docs/testing.md
+/// lists these tests.
+pub fn skip_on_real_cluster(test: &str, needs: &str) -> bool {
+    if std::env::var_os(REAL_CLUSTER_ENV).is_none() {
+        return false;
+    }
+    eprintln!(
+        "SKIPPED {test}: it needs {needs}, which only the sandbox simulates \
+         ({REAL_CLUSTER_ENV} names a real cluster)"
+    );
+    true
+}
+
 /// The path of a workspace binary built by `cargo build` (the test script builds them all).
 pub fn workspace_binary(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe()?;

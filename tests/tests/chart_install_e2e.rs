@@ -8,88 +8,12 @@
 //! registers nothing the webhook does not serve.
 
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD as B64;
-use kuvryn_sync_tests::cluster::{TestCluster, workspace_binary};
+use anyhow::Result;
+use kuvryn_sync_tests::cluster::TestCluster;
 use kuvryn_sync_tests::helm::{ChartRender, chart_dir, render_chart_in};
-use kuvryn_sync_tests::servers::{ServerProcess, free_port};
+use kuvryn_sync_tests::install::{apply, kubectl, start_webhook};
 use serde_json::{Value, json};
-
-const WEBHOOK_SERVICE: &str = "kuvryn-sync-webhook";
-const WEBHOOK_TLS_SECRET: &str = "kuvryn-sync-webhook-tls";
-
-/// Run kubectl against `cluster`, off the async runtime (the sandbox serves on it).
-async fn kubectl(
-    cluster: &TestCluster,
-    args: &[&str],
-    stdin_file: Option<&Path>,
-) -> Result<(bool, String)> {
-    let mut cmd = Command::new("kubectl");
-    cmd.arg("--kubeconfig").arg(cluster.kubeconfig()).args(args);
-    if let Some(file) = stdin_file {
-        cmd.arg("-f").arg(file);
-    }
-    let output = tokio::task::spawn_blocking(move || cmd.output()).await??;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok((output.status.success(), text))
-}
-
-/// Server-side apply `objects` with kubectl.
-async fn apply(cluster: &TestCluster, dir: &Path, name: &str, objects: &[&Value]) -> Result<()> {
-    let file = dir.join(format!("{name}.yaml"));
-    let mut yaml = String::new();
-    for object in objects {
-        yaml.push_str("---\n");
-        yaml.push_str(&kuvryn_sync_core::yaml::to_string(object)?);
-    }
-    std::fs::write(&file, yaml)?;
-    let (ok, out) =
-        kubectl(cluster, &["apply", "--server-side", "--field-manager", "helm"], Some(&file))
-            .await?;
-    if !ok {
-        bail!("kubectl apply of {name} failed: {out}");
-    }
-    Ok(())
-}
-
-/// Start the real webhook with the chart's serving certificate and point the chart's Service at
-/// it (the sandbox resolves Services through this map; a real cluster runs the chart's Pods).
-fn start_webhook(
-    cluster: &TestCluster,
-    render: &ChartRender,
-    namespace: &str,
-    dir: &Path,
-) -> Result<Option<ServerProcess>> {
-    let Some(sandbox) = cluster.sandbox() else { return Ok(None) };
-    let secret = render.get("Secret", WEBHOOK_TLS_SECRET);
-    for key in ["tls.crt", "tls.key"] {
-        let pem = B64.decode(secret["data"][key].as_str().context(key)?)?;
-        std::fs::write(dir.join(key), pem)?;
-    }
-    let port = free_port()?;
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
-    let mut command = Command::new(workspace_binary("kuvryn-sync-webhook")?);
-    command
-        .args(["--listen", &addr.to_string(), "--receiver-listen", "127.0.0.1:0"])
-        .args(["--metrics-bind-address", "127.0.0.1:0"])
-        .arg("--tls-cert-file")
-        .arg(dir.join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(dir.join("tls.key"));
-    let mut webhook =
-        ServerProcess::spawn("kuvryn-sync-webhook", command, &dir.join("webhook.log"))?;
-    webhook.wait_for_port(addr, Duration::from_secs(20))?;
-    sandbox.map_service(namespace, WEBHOOK_SERVICE, addr);
-    Ok(Some(webhook))
-}
 
 fn application(name: &str) -> Value {
     json!({
@@ -129,7 +53,7 @@ async fn installing_the_chart_does_not_block_creating_an_application() -> Result
     let render = render_chart_in(&chart_dir(), &namespace, json!({}))?;
     let objects: Vec<&Value> = render.docs.iter().map(|d| &d.object).collect();
     apply(&cluster, dir.path(), "chart", &objects).await?;
-    let _webhook = start_webhook(&cluster, &render, &namespace, dir.path())?;
+    let _webhook = start_webhook(&cluster, &render, &namespace, dir.path(), cluster.kubeconfig())?;
 
     let (ok, out) = create_application(&cluster, &namespace, dir.path(), "web").await?;
     assert!(ok, "creating an Application after installing the chart: {out}");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use kuvryn_sync_tests::application::{Env, env_with_workloads};
-use kuvryn_sync_tests::cluster::ControllerProcess;
+use kuvryn_sync_tests::cluster::{ControllerProcess, skip_on_real_cluster};
 use kuvryn_sync_tests::rollouts::{
     DeletionWatch, app_name, current_version, inventory_problems, push_commit, revision_problems,
     rollout_kinds, wait_converged, wrong_prunes,
@@ -98,6 +98,12 @@ fn start_controller(env: &mut Env) -> Result<()> {
 /// panic in the controller's log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_at_random_points_loses_nothing() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_controller_killed_at_random_points_loses_nothing",
+        "simulated workloads (fictional images that run)",
+    ) {
+        return Ok(());
+    }
     let seed = seed()?;
     let apps = count(APPS_ENV, APPS)?;
     let commits_wanted = count(COMMITS_ENV, COMMITS)?;

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{ResourceQuota, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::{Application, Diagnosis, HealthCheck, keys};
 use kuvryn_sync_tests::application::{Env, env_with_workloads};
-use kuvryn_sync_tests::cluster::wait_for;
+use kuvryn_sync_tests::cluster::{skip_on_real_cluster, wait_for};
 use serde_json::{Value, json};
 
 /// A Deployment `name` of one replica whose container is `container` (merged over a default).
@@ -58,6 +58,12 @@ async fn wait_diagnosis(env: &Env, app: &str, reason: &str) -> Result<Diagnosis>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_simulated_failure_is_diagnosed_to_its_root_and_clears_when_fixed() -> Result<()> {
+    if skip_on_real_cluster(
+        "every_simulated_failure_is_diagnosed_to_its_root_and_clears_when_fixed",
+        "workload failures of fictional images (pull errors, crash loops, refused Pods)",
+    ) {
+        return Ok(());
+    }
     let env = env_with_workloads("diagnose", true).await?;
     let ns = env.namespace.clone();
     env.grant("apps", &["deployments", "replicasets"]).await?;
@@ -253,6 +259,12 @@ async fn assert_cleared(env: &Env, app: &str) -> Result<()> {
 /// ServiceAccount, which clears once it is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_service_account_is_diagnosed_at_the_service_account() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_missing_service_account_is_diagnosed_at_the_service_account",
+        "workload failures of fictional images (pull errors, crash loops, refused Pods)",
+    ) {
+        return Ok(());
+    }
     let env = env_with_workloads("diag-sa", true).await?;
     env.grant("apps", &["deployments", "replicasets"]).await?;
     env.grant("", &["pods", "events"]).await?;
@@ -286,6 +298,12 @@ async fn a_missing_service_account_is_diagnosed_at_the_service_account() -> Resu
 /// quota, cleared when the quota is raised.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exceeded_quota_is_diagnosed_at_the_resource_quota() -> Result<()> {
+    if skip_on_real_cluster(
+        "an_exceeded_quota_is_diagnosed_at_the_resource_quota",
+        "workload failures of fictional images (pull errors, crash loops, refused Pods)",
+    ) {
+        return Ok(());
+    }
     let env = env_with_workloads("diag-quota", true).await?;
     env.grant("apps", &["deployments", "replicasets"]).await?;
     env.grant("", &["pods", "events"]).await?;
@@ -320,6 +338,12 @@ async fn an_exceeded_quota_is_diagnosed_at_the_resource_quota() -> Result<()> {
 /// `HookFailed`, and the diagnosis names the Job and its failed Pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_pre_sync_hook_is_diagnosed_at_its_job() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_failing_pre_sync_hook_is_diagnosed_at_its_job",
+        "workload failures of fictional images (pull errors, crash loops, refused Pods)",
+    ) {
+        return Ok(());
+    }
     let env = env_with_workloads("diag-hook", true).await?;
     env.grant("batch", &["jobs"]).await?;
     env.grant("", &["pods", "events"]).await?;
@@ -367,6 +391,12 @@ async fn a_failing_pre_sync_hook_is_diagnosed_at_its_job() -> Result<()> {
 /// custom resource and carries the rule's message; it clears when the rule says Healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_health_check_rule_saying_degraded_is_diagnosed_at_the_custom_resource() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_health_check_rule_saying_degraded_is_diagnosed_at_the_custom_resource",
+        "workload failures of fictional images (pull errors, crash loops, refused Pods)",
+    ) {
+        return Ok(());
+    }
     let env = env_with_workloads("diag-rule", true).await?;
     let ns = env.namespace.clone();
     let gadgets = env.custom_kind("Gadget", "gadgets").await?;
@@ -433,6 +463,12 @@ async fn a_health_check_rule_saying_degraded_is_diagnosed_at_the_custom_resource
 /// never reaches the diagnosis, the Diagnosed Event or `ksync diagnose`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_value_in_a_pod_event_never_reaches_the_diagnosis() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_secret_value_in_a_pod_event_never_reaches_the_diagnosis",
+        "workload failures of fictional images (pull errors, crash loops, refused Pods)",
+    ) {
+        return Ok(());
+    }
     const CANARY: &str = "canary-9c1e7b-diagnosis";
     let env = env_with_workloads("diagnose-leak", true).await?;
     env.grant("apps", &["deployments", "replicasets"]).await?;
@@ -537,6 +573,12 @@ async fn pod_denier() -> Result<(String, String, axum_server::Handle<std::net::S
 /// the webhook is gone and the Pods run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_refused_by_an_admission_webhook_are_diagnosed_as_admission_refused() -> Result<()> {
+    if skip_on_real_cluster(
+        "pods_refused_by_an_admission_webhook_are_diagnosed_as_admission_refused",
+        "workload failures of fictional images (pull errors, crash loops, refused Pods)",
+    ) {
+        return Ok(());
+    }
     let env = env_with_workloads("diagnose-admission", true).await?;
     let ns = env.namespace.clone();
     env.grant("apps", &["deployments", "replicasets"]).await?;

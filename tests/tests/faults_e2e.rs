@@ -77,10 +77,14 @@ fn faults() -> Vec<(&'static str, Fault)> {
 async fn rollouts_converge_exactly_while_the_api_fails() -> Result<()> {
     let began = Instant::now();
     let mut env = env_with_workloads("faults", false).await?;
+    let Some(sandbox) = env.cluster.sandbox() else {
+        eprintln!(
+            "SKIPPED rollouts_converge_exactly_while_the_api_fails: it injects API faults, which \
+             only the in-process sandbox can (KSYNC_E2E_KUBECONFIG names a real cluster)"
+        );
+        return Ok(());
+    };
     env.grant("apps", &["deployments"]).await?;
-    let sandbox = env.cluster.sandbox().context(
-        "the fault suite needs the in-process sandbox (KSYNC_E2E_KUBECONFIG cannot inject faults)",
-    )?;
     let kubeconfig = sandbox.user_kubeconfig(CONTROLLER_USER, &["system:masters"])?;
     let kubeconfig = kubeconfig.to_str().context("kubeconfig path")?.to_owned();
     let kinds = rollout_kinds();

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams, PostParams};
 use kuvryn_sync_api::{ImagePolicy, Repository, keys};
 use kuvryn_sync_tests::application::{DEADLINE, Env, env, env_with_workloads};
-use kuvryn_sync_tests::cluster::wait_for;
+use kuvryn_sync_tests::cluster::{skip_on_real_cluster, wait_for};
 use kuvryn_sync_tests::registry::push_image;
 use kuvryn_sync_tests::servers::registry::OciRegistry;
 use serde_json::{Value, json};
@@ -353,6 +353,12 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_tag_becomes_one_commit_and_the_application_rolls_it_out() {
+    if skip_on_real_cluster(
+        "a_new_tag_becomes_one_commit_and_the_application_rolls_it_out",
+        "simulated workloads (images on a registry bound to the loopback of the test machine)",
+    ) {
+        return;
+    }
     let registry = OciRegistry::start(USER, PASSWORD).expect("docker-registry");
     let dir = tempfile::tempdir().expect("tempdir");
     let ca = ca_file(&registry, dir.path());

@@ -21,6 +21,7 @@ use kube::api::{Patch, PatchParams};
 use kuvryn_sync_api::{Application, Revision, keys};
 use kuvryn_sync_tests::application::{Env, config_map, env, env_with_workloads};
 use kuvryn_sync_tests::cli::Ksync;
+use kuvryn_sync_tests::cluster::skip_on_real_cluster;
 use kuvryn_sync_tests::webhook::WebhookProcess;
 use serde_json::{Value, json};
 
@@ -124,6 +125,12 @@ const REQUEST_LOG: (&str, &str) = ("RUST_LOG", "info,kube_client::client::builde
 /// across polls and a restart, and a new commit ends the hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_rollout_rolls_back_and_the_failed_commit_stays_held() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_failed_rollout_rolls_back_and_the_failed_commit_stays_held",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let mut env = env_with_workloads("rollback-auto", false).await?;
     env.grant("apps", &["deployments"]).await?;
     let webhook = WebhookProcess::start(&env.cluster)?;
@@ -352,6 +359,12 @@ async fn a_manual_rollback_is_recorded_under_its_requester_and_a_rollback_to_the
 /// RollbackAbandoned and the Application is left failed with that reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_whose_target_cannot_be_applied_is_abandoned() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_rollback_whose_target_cannot_be_applied_is_abandoned",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = env_with_workloads("rollback-abandon", true).await?;
     env.grant("apps", &["deployments"]).await?;
     let ksync = Ksync::new(&env)?;

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kuvryn_sync_api::{Application, FailureReason, HealthState, RevisionPhase, SyncState, keys};
 use kuvryn_sync_tests::application::{Env, config_map, env_with_workloads};
+use kuvryn_sync_tests::cluster::skip_on_real_cluster;
 use serde_json::{Value, json};
 
 fn deployment(name: &str, image: &str, extra: Value) -> String {
@@ -40,6 +41,12 @@ async fn workloads_env(prefix: &str) -> Result<Env> {
 /// --for=condition=Ready` returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_healthy_rollout_is_ready_and_kubectl_wait_returns() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_healthy_rollout_is_ready_and_kubectl_wait_returns",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-ok").await?;
     let commit = env
         .push(
@@ -125,6 +132,12 @@ async fn scrape_metrics(env: &Env) -> Result<String> {
 /// `maxAttempts: 2` ends in RetryBlocked keeping the last failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unhealthy_rollouts_fail_retry_and_block() -> Result<()> {
+    if skip_on_real_cluster(
+        "unhealthy_rollouts_fail_retry_and_block",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-bad").await?;
     let unready = json!({
         "container": {
@@ -177,6 +190,12 @@ async fn unhealthy_rollouts_fail_retry_and_block() -> Result<()> {
 /// right digest applies and is recorded on the Revision.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manual_approval_applies_only_the_approved_plan() -> Result<()> {
+    if skip_on_real_cluster(
+        "manual_approval_applies_only_the_approved_plan",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-approve").await?;
     let commit = env
         .push(&[("apps/manual/cm.yaml", config_map("approved", "1", json!({})))], "manual")
@@ -221,6 +240,12 @@ async fn manual_approval_applies_only_the_approved_plan() -> Result<()> {
 /// reported (sync state Drifted) without it; a field we do not manage is not drift.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn self_heal_repairs_an_edit_and_drift_is_otherwise_reported() -> Result<()> {
+    if skip_on_real_cluster(
+        "self_heal_repairs_an_edit_and_drift_is_otherwise_reported",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-heal").await?;
     env.push(
         &[
@@ -282,6 +307,12 @@ async fn self_heal_repairs_an_edit_and_drift_is_otherwise_reported() -> Result<(
 /// While suspended nothing is written to managed objects; once resumed the new commit applies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suspend_blocks_every_write_until_resumed() -> Result<()> {
+    if skip_on_real_cluster(
+        "suspend_blocks_every_write_until_resumed",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-suspend").await?;
     let first =
         env.push(&[("apps/web/cm.yaml", config_map("held", "one", json!({})))], "one").await?;
@@ -324,6 +355,12 @@ async fn suspend_blocks_every_write_until_resumed() -> Result<()> {
 /// except high-risk kinds, which it names in a `ManagedResourcesOrphaned` Event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_policies_do_what_they_say() -> Result<()> {
+    if skip_on_real_cluster(
+        "deletion_policies_do_what_they_say",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-delete").await?;
     let commit = env
         .push(
@@ -378,6 +415,12 @@ async fn deletion_policies_do_what_they_say() -> Result<()> {
 /// is Healthy at its desired revision; a cycle is reported as DependencyCycle naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn depends_on_orders_rollouts_and_reports_cycles() -> Result<()> {
+    if skip_on_real_cluster(
+        "depends_on_orders_rollouts_and_reports_cycles",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-deps").await?;
     let commit = env
         .push(
@@ -439,6 +482,12 @@ async fn depends_on_orders_rollouts_and_reports_cycles() -> Result<()> {
 /// Revision and its rollback target, which are never deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_limit_keeps_the_newest_and_the_protected_revisions() -> Result<()> {
+    if skip_on_real_cluster(
+        "history_limit_keeps_the_newest_and_the_protected_revisions",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-history").await?;
     env.create_app("web", "apps/web", json!({"history": {"limit": 3}})).await?;
     let mut commits = Vec::new();
@@ -538,6 +587,12 @@ fn job(name: &str, hook: &str, wave: i32, crash: bool) -> String {
 /// failing pre-sync hook fails the attempt with HookFailed and nothing else is applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_and_waves_run_in_order_and_a_failed_hook_stops_the_rollout() -> Result<()> {
+    if skip_on_real_cluster(
+        "hooks_and_waves_run_in_order_and_a_failed_hook_stops_the_rollout",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
     let env = workloads_env("rollout-hooks").await?;
     env.grant("batch", &["jobs"]).await?;
     let wave = |name: &str, n: i32| {

@@ -68,9 +68,28 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (include "kuvryn-sync.webhook.name" .) .Values.webhook.serviceAccount.name -}}
 {{- end -}}
 
-{{/* image reference; call with (dict "root" $ "image" .Values.controller.image). */}}
+{{/* image reference REPOSITORY:TAG, or REPOSITORY:TAG@DIGEST with a digest (the digest is
+what the runtime pulls; the tag stays for people reading it); call with
+(dict "root" $ "image" .Values.controller.image). */}}
 {{- define "kuvryn-sync.image" -}}
-{{- printf "%s:%s" (required "image.repository is required" .image.repository) (default .root.Chart.AppVersion .image.tag) -}}
+{{- $ref := printf "%s:%s" (required "image.repository is required" .image.repository) (default .root.Chart.AppVersion .image.tag) -}}
+{{- with .image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .) -}}
+{{- fail (printf "image.digest must be sha256:<64 hex digits> (got %q)" .) -}}
+{{- end -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* The environment shared by both Deployments: RUST_LOG from logLevel (the binaries read their
+log filter from RUST_LOG), then extraEnv. Call with (dict "root" $ "extraEnv" LIST). */}}
+{{- define "kuvryn-sync.commonEnv" -}}
+- name: RUST_LOG
+  value: {{ .root.Values.logLevel | quote }}
+{{- with .extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* The certificate mode, checked. */}}
@@ -105,29 +124,14 @@ must carry. */}}
 {{- include "kuvryn-sync.webhook.name" . -}}
 {{- end -}}
 
-{{/* Pod-level hardening shared by both Deployments. */}}
+{{/* Pod-level hardening shared by both Deployments (values podSecurityContext). */}}
 {{- define "kuvryn-sync.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-fsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.podSecurityContext -}}
 {{- end -}}
 
-{{/* Container-level hardening shared by both Deployments. */}}
+{{/* Container-level hardening shared by both Deployments (values securityContext). */}}
 {{- define "kuvryn-sync.containerSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-readOnlyRootFilesystem: true
-allowPrivilegeEscalation: false
-privileged: false
-capabilities:
-  drop:
-    - ALL
-seccompProfile:
-  type: RuntimeDefault
+{{- toYaml .Values.securityContext -}}
 {{- end -}}
 
 {{/* Liveness and readiness probes on the metrics port. */}}

@@ -119,15 +119,6 @@ pub fn service_account_user(namespace: &str, name: &str) -> String {
     format!("system:serviceaccount:{namespace}:{name}")
 }
 
-/// The groups Kubernetes gives every service account of `namespace`.
-pub fn service_account_groups(namespace: &str) -> Vec<String> {
-    vec![
-        "system:serviceaccounts".to_owned(),
-        format!("system:serviceaccounts:{namespace}"),
-        "system:authenticated".to_owned(),
-    ]
-}
-
 /// Why no client could be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -186,8 +177,10 @@ impl ImpersonatedClients {
             return Ok(client);
         }
         let mut config = self.base.clone();
+        // The user only: for a service account user the API server adds its groups itself
+        // (system:serviceaccounts, system:serviceaccounts:NS, system:authenticated). Naming them
+        // would need `impersonate` on each group, which the chart's RBAC does not grant.
         config.auth_info.impersonate = Some(service_account_user(namespace, name));
-        config.auth_info.impersonate_groups = Some(service_account_groups(namespace));
         let client = observed_client(config, self.observer.as_ref())?;
         if cache.len() >= self.capacity {
             cache.remove(0);
