@@ -29,8 +29,8 @@ mod rollback;
 mod status;
 mod suspend;
 mod sync;
-mod ui;
 mod tree;
+mod ui;
 mod version;
 mod wait;
 
@@ -145,10 +145,7 @@ struct ManArgs {
 impl Command {
     /// Whether the command honours `-A`; the others refuse it rather than ignore it.
     fn honours_all_namespaces(&self) -> bool {
-        matches!(
-            self,
-            Command::Status(_) | Command::Get(_) | Command::Events(_) | Command::Ui(_)
-        )
+        matches!(self, Command::Status(_) | Command::Get(_) | Command::Events(_) | Command::Ui(_))
     }
 }
 

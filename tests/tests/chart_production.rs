@@ -45,13 +45,15 @@ fn chart_image_digest_is_appended_and_checked() {
 #[test]
 fn chart_log_level_and_extra_env_reach_both_containers() {
     let r = render(json!({
-        "logLevel": "debug,kube=info",
-        "controller": {"extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]},
-        "webhook": {"extraEnv": [{"name": "TZ", "value": "UTC"}]},
+        "controller": {"logLevel": "debug,kube=info",
+                       "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]},
+        "webhook": {"logLevel": "warn", "extraEnv": [{"name": "TZ", "value": "UTC"}]},
     }));
-    for deployment in [CONTROLLER, WEBHOOK] {
-        let c = container(&r, deployment);
-        assert_eq!(env_value(c, "RUST_LOG").as_deref(), Some("debug,kube=info"), "{deployment}");
+    for (deployment, level) in [(CONTROLLER, "debug,kube=info"), (WEBHOOK, "warn")] {
+        let args = args(&r, deployment);
+        assert!(args.contains(&format!("--log-level={level}")), "{deployment}: {args:?}");
+        // RUST_LOG would win over the flag: the chart never sets it.
+        assert_eq!(env_value(container(&r, deployment), "RUST_LOG"), None, "{deployment}");
     }
     assert_eq!(
         env_value(container(&r, CONTROLLER), "HTTPS_PROXY").as_deref(),
@@ -59,7 +61,7 @@ fn chart_log_level_and_extra_env_reach_both_containers() {
     );
     assert_eq!(env_value(container(&r, WEBHOOK), "TZ").as_deref(), Some("UTC"));
     let defaults = render(json!({}));
-    assert_eq!(env_value(container(&defaults, CONTROLLER), "RUST_LOG").as_deref(), Some("info"));
+    assert_eq!(env_value(container(&defaults, WEBHOOK), "TZ"), None);
 }
 
 #[test]
@@ -167,7 +169,7 @@ fn chart_pod_monitor_is_opt_in_and_scrapes_both_components() {
 #[test]
 fn chart_values_of_the_wrong_type_fail_with_the_schema_message() {
     for (values, field) in [
-        (json!({"logLevel": 5}), "logLevel"),
+        (json!({"controller": {"logLevel": 5}}), "logLevel"),
         (json!({"webhook": {"replicas": "two"}}), "replicas"),
         (json!({"controller": {"render": {"networkIsolation": "sometimes"}}}), "networkIsolation"),
     ] {

@@ -82,11 +82,10 @@ what the runtime pulls; the tag stays for people reading it); call with
 {{- $ref -}}
 {{- end -}}
 
-{{/* The environment shared by both Deployments: RUST_LOG from logLevel (the binaries read their
-log filter from RUST_LOG), then extraEnv. Call with (dict "root" $ "extraEnv" LIST). */}}
+{{/* A Deployment's extra environment (its component's extraEnv). The log level is a flag
+(--log-level from controller.logLevel / webhook.logLevel), not RUST_LOG: RUST_LOG would win over
+it. Call with (dict "root" $ "extraEnv" LIST). */}}
 {{- define "kuvryn-sync.commonEnv" -}}
-- name: RUST_LOG
-  value: {{ .root.Values.logLevel | quote }}
 {{- with .extraEnv }}
 {{ toYaml . }}
 {{- end }}
