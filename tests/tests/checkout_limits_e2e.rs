@@ -1,8 +1,9 @@
 //! Checkout limits end to end: the real controller binary, real git daemons, the sandbox API.
 //! A tenant pushes a "git bomb" (10^10 paths in a few kilobytes); the controller refuses it while
 //! walking the object database, before writing anything, and carries on: same process, bounded
-//! memory and cache growth, the Repository reporting the limit and its flag, its Application
-//! keeping the last good state, and another tenant's Application still following its pushes.
+//! memory and cache growth, the Repository and its Application reporting the limit and its flag
+//! (`SourceFailure`), the Application keeping its last good state (nothing pruned), and another
+//! tenant's Application still following its pushes.
 
 use std::path::Path;
 
@@ -130,9 +131,22 @@ async fn a_git_bomb_is_refused_and_the_controller_and_the_other_tenant_carry_on(
     let a2 = env.push(&[("apps/web/cm.yaml", config_map("web", "2", json!({})))], "a2").await?;
     env.wait_synced("web", &a2).await?;
 
-    // Tenant B keeps its last good state: nothing pruned, still deployed at the good commit.
-    let victim = applications.get("victim").await?;
-    ensure!(deployed(&victim).as_deref() == Some(good.as_str()), "{:?}", victim.status);
+    // Tenant B's Application reports the source failure naming the limit, and keeps its last
+    // good state: nothing pruned, still deployed at the good commit.
+    let victim = wait_for("victim reports the refused checkout", DEADLINE, || async {
+        let app = applications.get("victim").await?;
+        let ready =
+            app.status.as_ref().and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"));
+        let failed = ready.is_some_and(|c| {
+            c.status == "False"
+                && c.reason == "SourceFailure"
+                && c.message.contains("--checkout-max-files")
+        });
+        Ok((failed.then_some(app.clone()), format!("{ready:?}")))
+    })
+    .await?;
+    let at = victim.status.as_ref().and_then(|s| s.deployed_revision.clone());
+    ensure!(at.as_deref() == Some(good.as_str()), "{:?}", victim.status);
     Api::<ConfigMap>::namespaced(admin.clone(), &ns_b).get("victim").await?;
     let repo = repositories.get("bomb").await?;
     let observed = repo.status.as_ref().and_then(|s| s.observed_revision.clone());
