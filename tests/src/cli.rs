@@ -37,19 +37,24 @@ impl Ksync {
         })
     }
 
-    /// Run `ksync ARGS` with standard input closed (not a terminal) and `NO_COLOR` unset.
-    pub async fn run(&self, args: &[&str]) -> Result<Run> {
-        let output = tokio::process::Command::new(&self.binary)
+    /// `ksync ARGS` against this cluster and namespace, with standard input closed (not a
+    /// terminal) and neither `NO_COLOR` nor `KUBECONFIG` inherited.
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(&self.binary);
+        command
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .args(["-n", &self.namespace])
             .args(args)
             .env_remove("NO_COLOR")
             .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .context("run ksync")?;
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Run `ksync ARGS` with standard input closed (not a terminal) and `NO_COLOR` unset.
+    pub async fn run(&self, args: &[&str]) -> Result<Run> {
+        let output = self.command(args).output().await.context("run ksync")?;
         Ok(Run {
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -59,18 +64,7 @@ impl Ksync {
 
     /// Start `ksync ARGS` (a watch) with its standard output piped; killed when dropped.
     pub fn spawn(&self, args: &[&str]) -> Result<tokio::process::Child> {
-        tokio::process::Command::new(&self.binary)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["-n", &self.namespace])
-            .args(args)
-            .env_remove("NO_COLOR")
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .context("start ksync")
+        self.command(args).stdout(Stdio::piped()).kill_on_drop(true).spawn().context("start ksync")
     }
 
     /// Run `ksync ARGS` and require exit code 0.
