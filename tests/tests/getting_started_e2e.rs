@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use kuvryn_sync_tests::cluster::{
-    ControllerProcess, TestCluster, skip_on_real_cluster, workspace_binary,
+    ControllerProcess, TestCluster, skip_on_real_cluster, wait_for, workspace_binary,
 };
 use kuvryn_sync_tests::helm::{chart_dir, render_chart_in, workspace_root};
 use kuvryn_sync_tests::install::{apply, kubectl, start_webhook};
@@ -235,15 +235,11 @@ async fn wait_healthy(cluster: &TestCluster, app: &str) -> Result<()> {
 }
 
 async fn wait_deployed(cluster: &TestCluster, name: &str, commit: &str) -> Result<()> {
-    let start = std::time::Instant::now();
-    loop {
-        let app = application(cluster, name).await?;
-        if app["status"]["deployedRevision"] == commit {
-            return Ok(());
-        }
-        ensure!(start.elapsed() < DEADLINE, "{name} did not deploy {commit}: {}", app["status"]);
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_for(&format!("{name} deployed at {commit}"), DEADLINE, || async {
+        let status = application(cluster, name).await?["status"].take();
+        Ok(((status["deployedRevision"] == commit).then_some(()), status.to_string()))
+    })
+    .await
 }
 
 fn controller_log(dir: &Path) -> String {
