@@ -6,7 +6,9 @@
 //! Bounded: three levels of relatives, one Event list per namespace, at most
 //! [`MAX_SNAPSHOT_OBJECTS`] objects; anything the service account may not read is left out (the
 //! analysis then explains less, never wrongly). Secret values are never read into the snapshot:
-//! a Secret's data keeps its keys with empty values.
+//! a Secret's data keeps its keys with empty values. They are read for one purpose: every Secret
+//! the workloads reference is taught to the redactor first, so a value a program printed into its
+//! termination message or an Event is masked even when that Secret is not in Git.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -80,16 +82,46 @@ pub async fn diagnose(
     }
     snapshot.objects.extend(frontier.into_iter().take(MAX_SNAPSHOT_OBJECTS));
     snapshot.events = events_about(client, &snapshot.objects).await;
-    for wanted in diagnosis::references_to_check(&snapshot) {
+    let mut redactor = redactor.clone();
+    let to_check = diagnosis::references_to_check(&snapshot);
+    let unchecked_secrets: Vec<_> =
+        diagnosis::secrets_referenced(&snapshot).difference(&to_check).cloned().collect();
+    for wanted in to_check {
         match get(client, kinds, &wanted).await {
-            Some(Some(found)) => snapshot.objects.push(without_secret_values(found)),
+            Some(Some(found)) => {
+                learn_values(&mut redactor, &found);
+                snapshot.objects.push(without_secret_values(found));
+            }
             Some(None) => {
                 snapshot.absent.insert(wanted);
             }
             None => {}
         }
     }
-    diagnosis::diagnose(&unhealthy, &snapshot, redactor)
+    for wanted in unchecked_secrets {
+        if let Some(Some(found)) = get(client, kinds, &wanted).await {
+            learn_values(&mut redactor, &found);
+        }
+    }
+    diagnosis::diagnose(&unhealthy, &snapshot, &redactor)
+}
+
+/// Teach `redactor` the values of `object` when it is a Secret, so that a value a workload
+/// printed (a termination message, an Event) is masked even when the Secret is not in Git.
+fn learn_values(redactor: &mut Redactor, object: &Value) {
+    use base64::Engine as _;
+    if object["kind"] != "Secret" {
+        return;
+    }
+    let decoded: Vec<Vec<u8>> = object
+        .get("data")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|data| data.values())
+        .filter_map(Value::as_str)
+        .filter_map(|text| base64::engine::general_purpose::STANDARD.decode(text).ok())
+        .collect();
+    redactor.add_secret_data(decoded.iter().map(Vec::as_slice));
 }
 
 fn reference(object: &Value) -> ResourceRef {

@@ -537,6 +537,60 @@ async fn a_secret_value_in_a_pod_event_never_reaches_the_diagnosis() -> Result<(
     Ok(())
 }
 
+/// A Secret that is not in Git — created in the cluster by someone else — and that the workload
+/// reads: its value, printed by the crashing program into its termination message, is masked
+/// in the diagnosis, the Events, `ksync diagnose` and the controller's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_secret_value_in_a_termination_message_never_reaches_the_diagnosis() -> Result<()>
+{
+    if skip_on_real_cluster(
+        "a_cluster_secret_value_in_a_termination_message_never_reaches_the_diagnosis",
+        "a simulated crash that writes its termination message",
+    ) {
+        return Ok(());
+    }
+    const CANARY: &str = "canary-4d2f81-termination";
+    let env = env_with_workloads("diagnose-term", true).await?;
+    env.grant("apps", &["deployments", "replicasets"]).await?;
+    env.grant("", &["pods", "events"]).await?;
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db-login"},
+        "stringData": {"password": CANARY}}))?;
+    env.api::<Secret>().create(&PostParams::default(), &secret).await?;
+    let container = json!({"env": [
+        {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db-login", "key": "password"}}},
+        {"name": "KSYNC_SIMULATE", "value": "crash"},
+        {"name": "KSYNC_SIMULATE_TERMINATION_MESSAGE",
+         "value": format!("cannot log in to the database as app with password {CANARY}")}]});
+    let files = [("apps/crashy/deploy.yaml", deployment("crashy", container, json!({})))];
+    env.push(&files, "a Deployment that prints its database password as it dies").await?;
+    env.create_app("crashy", "apps/crashy", json!({"health": {"timeout": "10m"}})).await?;
+    let found =
+        wait_for("the termination message as evidence", Duration::from_secs(60), || async {
+            let app = env.api::<Application>().get("crashy").await?;
+            let diagnosis = app.status.map(|s| s.diagnosis).unwrap_or_default();
+            let hit = diagnosis.iter().find(|d| d.message.contains("cannot log in")).cloned();
+            Ok((hit, format!("{diagnosis:?}")))
+        })
+        .await?;
+    assert!(found.message.contains("password ***"), "{found:?}");
+    env.wait_event("crashy", "Diagnosed").await?;
+    let app = env.api::<Application>().get("crashy").await?;
+    let events = env.events_for("crashy").await?;
+    let cli = kuvryn_sync_tests::cli::Ksync::new(&env)?;
+    let human = cli.run(&["diagnose", "crashy"]).await?;
+    let everything = format!(
+        "{}{events:?}{}{}{}",
+        serde_json::to_string(&app.status)?,
+        human.stdout,
+        human.stderr,
+        env.controller_log()
+    );
+    assert!(human.stdout.contains("cannot log in"), "{}", human.stdout);
+    assert!(!everything.contains(CANARY), "the Secret value leaked");
+    Ok(())
+}
+
 /// A TLS admission webhook that denies every Pod (its CA is fresh), on a free loopback port.
 async fn pod_denier() -> Result<(String, String, axum_server::Handle<std::net::SocketAddr>)> {
     use axum::Json;

@@ -20,6 +20,9 @@ use std::time::Duration;
 pub const BEHAVIOUR_ENV: &str = "KSYNC_SIMULATE";
 /// The env var with the exit code of a `crash` container (default 1).
 pub const EXIT_CODE_ENV: &str = "KSYNC_SIMULATE_EXIT_CODE";
+/// Env var: what a crashing container writes to its termination log, which the kubelet copies
+/// into `state.terminated.message` (as a program that prints its error there would).
+pub const TERMINATION_MESSAGE_ENV: &str = "KSYNC_SIMULATE_TERMINATION_MESSAGE";
 /// Images whose registry host ends with this top-level domain cannot be pulled (RFC 2606).
 pub const UNREACHABLE_TLD: &str = ".invalid";
 
@@ -93,6 +96,11 @@ pub fn behaviour(c: &Container) -> Behaviour {
         Some("unready") => Behaviour::Unready,
         _ => Behaviour::Normal,
     }
+}
+
+/// The container's `KSYNC_SIMULATE_TERMINATION_MESSAGE`, when it sets one.
+fn termination_message(c: &Container) -> Option<String> {
+    c.env.iter().flatten().find(|e| e.name == TERMINATION_MESSAGE_ENV).and_then(|e| e.value.clone())
 }
 
 /// `docker.io/library/nginx:latest` for `nginx`, like the container runtime reports it.
@@ -480,6 +488,7 @@ pub fn pod_status(pod: &Pod, cx: &PodContext<'_>) -> PodOutcome {
                 let term = ContainerStateTerminated {
                     exit_code: code,
                     reason: Some(if code == 0 { "Completed" } else { "Error" }.into()),
+                    message: termination_message(c),
                     started_at: run.started_at.clone(),
                     finished_at: Some(Time(now)),
                     container_id: st.container_id.clone(),

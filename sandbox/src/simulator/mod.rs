@@ -40,8 +40,9 @@
 //!   `KSYNC_SIMULATE_EXIT_CODE`, default 1): the container exits after [`kubelet::Timing::run`]; with
 //!   `restartPolicy: Always` or `OnFailure` it goes into `CrashLoopBackOff` (`back-off 10s restarting
 //!   failed container=…`, `lastState.terminated`, `restartCount` rising, `BackOff` Event), with
-//!   `Never` the pod ends `Failed`. A Job whose pods crash fails with `BackoffLimitExceeded` once more
-//!   than `backoffLimit` pods failed.
+//!   `Never` the pod ends `Failed`. `KSYNC_SIMULATE_TERMINATION_MESSAGE` is what the container
+//!   writes to its termination log: the kubelet's `terminated.message`. A Job whose pods crash
+//!   fails with `BackoffLimitExceeded` once more than `backoffLimit` pods failed.
 //! - **`KSYNC_SIMULATE=unready`**: the container runs but its readiness probe fails: the pod is
 //!   `Running` and not `Ready` (`ContainersNotReady`), with an `Unhealthy` Event
 //!   (`Readiness probe failed: HTTP probe failed with statuscode: 503`, or the TCP wording for a

@@ -328,6 +328,29 @@ pub fn references_to_check(snapshot: &Snapshot) -> BTreeSet<ResourceRef> {
     out
 }
 
+/// Every Secret the snapshot's Pods and workload templates reference (optional ones too), whose
+/// values the controller learns before analysis: a crashing program may print one into its
+/// termination message or an Event, and the diagnosis must mask it even when the Secret is not in
+/// Git.
+pub fn secrets_referenced(snapshot: &Snapshot) -> BTreeSet<ResourceRef> {
+    let mut out = BTreeSet::new();
+    for object in &snapshot.objects {
+        let spec = match kind_of(object) {
+            "Pod" => object.get("spec"),
+            kind if WORKLOAD_KINDS.contains(&kind) => at(object, &["spec", "template", "spec"]),
+            _ => None,
+        };
+        let Some(spec) = spec else { continue };
+        let namespace = namespace_of(object);
+        for reference in pod_spec_references(spec) {
+            if reference.kind == RefKind::Secret {
+                out.insert(reference.kind.resource(namespace, &reference.name));
+            }
+        }
+    }
+    out
+}
+
 /// Workload kinds with a Pod template.
 const WORKLOAD_KINDS: &[&str] = &["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"];
 

@@ -1328,6 +1328,44 @@ fn references_to_check_lists_what_pods_and_templates_need() {
 }
 
 #[test]
+fn secrets_referenced_lists_every_secret_pods_and_templates_name() {
+    let pod_spec = json!({
+        "imagePullSecrets": [{"name": "registry"}],
+        "containers": [{"name": "api", "image": "app",
+            "env": [
+                {"name": "A", "valueFrom": {"secretKeyRef": {"name": "db", "key": "password"}}},
+                {"name": "C", "valueFrom": {"secretKeyRef": {"name": "maybe", "key": "c", "optional": true}}},
+                {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "b"}}}],
+            "envFrom": [{"secretRef": {"name": "env-all"}}]}],
+        "volumes": [{"name": "tls", "secret": {"secretName": "tls"}}, {"name": "conf", "configMap": {"name": "conf"}}],
+    });
+    let lone_pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta("api-0", "uid-api-0", None), "spec": pod_spec});
+    // Unlike references_to_check, a template counts even when its Pods exist: the values are
+    // learnt for masking, not checked for existence.
+    let mut with_pods =
+        deployment_stack("web", &spec_with(json!([container("api")])), running_unready_status());
+    with_pods[0]["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "x", "secret": {"secretName": "template-only"}}]);
+    let cases: [(&str, Vec<Value>, Vec<ResourceRef>); 3] = [
+        (
+            "a Pod: every Secret, optional ones too, no ConfigMaps",
+            vec![lone_pod],
+            ["db", "env-all", "maybe", "registry", "tls"].map(secret_ref).to_vec(),
+        ),
+        (
+            "a Deployment with Pods: its template's Secret",
+            with_pods,
+            vec![secret_ref("template-only")],
+        ),
+        ("nothing that runs Pods", vec![deployment("empty", "1")], vec![]),
+    ];
+    for (name, objects, want) in cases {
+        let got = secrets_referenced(&snapshot(objects, vec![], &[]));
+        assert_eq!(got, want.into_iter().collect::<BTreeSet<_>>(), "{name}");
+    }
+}
+
+#[test]
 fn related_selectors_name_what_to_list() {
     let mut job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("report", "uid-report", None), "spec": {}});
     let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta("db", "uid-db", None),
