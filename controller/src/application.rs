@@ -60,7 +60,7 @@ use kuvryn_sync_core::application::{
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
 };
-use kuvryn_sync_core::health_rules::RuleSet;
+use kuvryn_sync_core::health_rules::{InvalidRule, RuleSet};
 use kuvryn_sync_core::order::apply_groups;
 use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
@@ -433,6 +433,10 @@ async fn sync_application(
     let condition = dependencies.as_ref().and_then(|v| dependencies::condition(&app, v));
     let decision = with_dependencies(decision, &app, condition, &now());
     let mut decision = notify::with_notifications(decision, &app, sinks, &now());
+    if let (Step::Report, Observation::Planned(planned)) = (&decision.step, &observation) {
+        let rules = ctx.health_rules.current();
+        decision.events.extend(newly_invalid_health_checks(&app, &rules, planned));
+    }
     let previous = match &observation {
         Observation::Planned(planned) => planned.revision.as_ref(),
         Observation::Failed { .. } => None,
@@ -990,22 +994,48 @@ fn invalid_health_checks(
     rules: &RuleSet,
     planned: &Planned,
 ) -> Vec<(kuvryn_sync_api::EventReason, String)> {
+    invalid_rules(rules, planned).iter().map(invalid_health_check_event).collect()
+}
+
+/// For a reconcile that does not sync (the Application already runs its commit): one
+/// `InvalidHealthCheck` Warning per invalid rule for a managed kind that the Ready condition does
+/// not name yet. The condition names the HealthCheck once the object is held Progressing, so a
+/// HealthCheck that turns invalid under a synced Application is reported once, not on every
+/// reconcile.
+fn newly_invalid_health_checks(
+    app: &Application,
+    rules: &RuleSet,
+    planned: &Planned,
+) -> Vec<(kuvryn_sync_api::EventReason, String)> {
+    let ready = app.status.as_ref().and_then(|s| {
+        kuvryn_sync_core::conditions::get(&s.conditions, kuvryn_sync_api::ConditionType::Ready)
+    });
+    let named =
+        |invalid: &InvalidRule| ready.is_some_and(|c| c.message.contains(&invalid.health_check));
+    invalid_rules(rules, planned)
+        .iter()
+        .filter(|invalid| !named(invalid))
+        .map(invalid_health_check_event)
+        .collect()
+}
+
+/// The invalid HealthCheck rules for the kinds `planned` declares.
+fn invalid_rules(rules: &RuleSet, planned: &Planned) -> Vec<InvalidRule> {
     let kinds = planned
         .desired
         .objects
         .iter()
         .map(|o| (o.key.group_kind.group.as_str(), o.key.group_kind.kind.as_str()));
     health::invalid_rules_for(rules, kinds)
-        .into_iter()
-        .map(|invalid| {
-            let message = format!(
-                "HealthCheck {} {}; objects of its kind are Progressing (HealthCheckFailed) until \
-                 it is fixed",
-                invalid.health_check, invalid.denial
-            );
-            (kuvryn_sync_api::EventReason::InvalidHealthCheck, message)
-        })
-        .collect()
+}
+
+fn invalid_health_check_event(invalid: &InvalidRule) -> (kuvryn_sync_api::EventReason, String) {
+    let message = format!(
+        "HealthCheck {} {}; objects of its kind are Progressing (HealthCheckFailed) until it is \
+         fixed",
+        invalid.health_check, invalid.denial
+    );
+    (kuvryn_sync_api::EventReason::InvalidHealthCheck, message)
 }
 
 /// The health of each desired object from its live state, by its HealthCheck rules or the

@@ -83,8 +83,8 @@ async fn health_check_rules_decide_a_custom_kinds_health() -> Result<()> {
     assert!(message.contains("the widget is broken"), "{message}");
 
     // A HealthCheck that sorts first and cannot answer: the object is held Progressing with
-    // HealthCheckFailed (it does not fall through to the valid one), and the next sync raises
-    // InvalidHealthCheck naming the rule.
+    // HealthCheckFailed (it does not fall through to the valid one), and InvalidHealthCheck names
+    // the rule at once, for the Application already synced, with no new commit.
     health_checks
         .create(
             &PostParams::default(),
@@ -96,6 +96,11 @@ async fn health_check_rules_decide_a_custom_kinds_health() -> Result<()> {
         .await?;
     let message = env.wait_ready("widgets", "False", "Progressing").await?;
     assert!(message.contains("HealthCheckFailed") && message.contains("a-invalid"), "{message}");
+    let events = env.wait_event("widgets", "InvalidHealthCheck").await?;
+    let raised: Vec<_> = events.iter().filter(|(_, r, _)| r == "InvalidHealthCheck").collect();
+    assert_eq!(raised.len(), 1, "reported once, not on every reconcile: {raised:?}");
+    assert!(raised[0].2.contains(&format!("{ns}-a-invalid")), "{raised:?}");
+    // The next sync (a new attempt) raises it again.
     let next = env
         .push(&[("apps/w/widget.yaml", serde_json::to_string(&widget(4))?)], "a bigger Widget")
         .await?;
