@@ -417,11 +417,11 @@ async fn sync_application(
         write(&app, &namespace, &decision, None, &redactor, ctx).await?;
         return Ok(Action::requeue(decision.requeue_after.unwrap_or(ctx.resync)));
     }
-    let mut seen = (Course::Follow { end_hold: None }, None);
+    let mut seen = (Course::Follow { end_hold: None }, None, Vec::new());
     let observation = match observe(&app, &namespace, ctx, &mut redactor, &mut seen).await? {
         Ok(observation) | Err(observation) => observation,
     };
-    let (course, run) = seen;
+    let (course, run, revisions) = seen;
     let unplanned = match (&observation, &run) {
         (Observation::Failed { reason, message, .. }, Some(run)) => {
             abandon_unplanned(&app, run, *reason, message, &redactor, &now())
@@ -429,7 +429,7 @@ async fn sync_application(
         _ => None,
     };
     let decided = unplanned.unwrap_or_else(|| decide(&app, &observation, &redactor, &now()));
-    let decision = with_course(decided, &app, &course);
+    let decision = with_course(decided, &app, &course, &revisions);
     let condition = dependencies.as_ref().and_then(|v| dependencies::condition(&app, v));
     let decision = with_dependencies(decision, &app, condition, &now());
     let mut decision = notify::with_notifications(decision, &app, sinks, &now());
@@ -629,13 +629,17 @@ fn failed(
     }
 }
 
+/// What [`observe`] learnt of the rollback course on the way, also when it stopped early: the
+/// course, its run, and the Revisions it was decided from.
+type Seen = (Course, Option<kuvryn_sync_core::application::Run>, Vec<Revision>);
+
 /// Steps 1–4.
 async fn observe(
     app: &Application,
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-    seen: &mut (Course, Option<kuvryn_sync_core::application::Run>),
+    seen: &mut Seen,
 ) -> StepResult<Observation> {
     let service_account = match resolve_identity(app, namespace, ctx).await? {
         Ok(name) => name,
@@ -657,11 +661,13 @@ async fn observe(
         Ok(found) => found,
         Err((reason, message)) => return Ok(Err(failed(reason, message, sa, None))),
     };
-    // A rollback deploys its own commit, and a hold keeps the rollback's commit running.
+    // A rollback deploys its own commit, and a hold keeps the rollback's commit running: read
+    // from the API while a rollback is annotated (the store may lag its own writes), else from
+    // the watched store, for a commit a completed rollback marked.
     let revisions = if rollback_annotated(app) {
         list_revisions(app, namespace, ctx).await?
     } else {
-        Vec::new()
+        stored_revisions(app, namespace, ctx).await
     };
     let course = rollback::course(app, &resolved, &revisions);
     let commit = match &course {
@@ -669,7 +675,7 @@ async fn observe(
         Course::Hold { deployed, .. } => deployed.clone(),
         _ => resolved.clone(),
     };
-    *seen = (course.clone(), run_for(app, &course, &revisions));
+    *seen = (course.clone(), run_for(app, &course, &revisions), revisions);
     let tree = match checkout(ctx, request, &commit).await? {
         Ok(tree) => tree,
         Err((reason, message)) => return Ok(Err(failed(reason, message, sa, Some(&commit)))),

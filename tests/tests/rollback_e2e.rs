@@ -122,7 +122,8 @@ fn writes_to(log: &str, path_part: &str) -> Vec<String> {
 const REQUEST_LOG: (&str, &str) = ("RUST_LOG", "info,kube_client::client::builder=debug");
 
 /// A failed rollout under `action: rollback` returns to the good commit, holds the failed one
-/// across polls and a restart, and a new commit ends the hold.
+/// across polls and a restart, a new commit ends the hold, and a force-push back to the failed
+/// commit holds it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_rollout_rolls_back_and_the_failed_commit_stays_held() -> Result<()> {
     if skip_on_real_cluster(
@@ -264,6 +265,22 @@ async fn a_failed_rollout_rolls_back_and_the_failed_commit_stays_held() -> Resul
     assert_eq!(settings(&env).await?, "fixed");
     let after = annotations(&env, "web").await?;
     assert!(!after.contains_key(keys::ROLLBACK_FROM), "a new commit ends the hold: {after:?}");
+
+    // A force-push back to the commit the rollback replaced: it still carries RolledBack=True,
+    // so automatic sync does not deploy it again; "fixed" keeps running, held again.
+    env.repo.git(&["reset", "--quiet", "--hard", &bad])?;
+    env.repo.push("HEAD:refs/heads/main")?;
+    env.announce().await?;
+    let message = env.wait_ready("web", "False", "RolledBack").await?;
+    assert!(message.contains(&bad[..12]), "{message}");
+    assert_eq!(settings(&env).await?, "fixed", "the held commit is not deployed again");
+    let app = env.api::<Application>().get("web").await?;
+    let status = app.status.context("status")?;
+    assert_eq!(status.deployed_revision.as_deref(), Some(fixed.as_str()));
+    env.wait_app("web", "rollback-from naming the held commit again", |app| {
+        app.metadata.annotations.as_ref().and_then(|a| a.get(keys::ROLLBACK_FROM)) == Some(&bad)
+    })
+    .await?;
     Ok(())
 }
 
@@ -352,6 +369,9 @@ async fn a_manual_rollback_is_recorded_under_its_requester_and_a_rollback_to_the
     let after = annotations(&env, "web").await?;
     assert!(!after.contains_key(keys::ROLLBACK_FROM), "{after:?}");
     assert!(!after.contains_key(keys::ROLLBACK_REVISION), "{after:?}");
+    // Lifting removes RolledBack=True: the commit is an ordinary deployable one again.
+    let unheld = env.api::<Revision>().get(&rev_two).await?;
+    assert_eq!(rolled_back(&unheld), None, "{:?}", unheld.status);
     Ok(())
 }
 

@@ -831,6 +831,11 @@ fn attempt(
     revision_status.observed_generation = revision.metadata.generation;
     revision_status.failure = None;
     revision_status.completed_at = None;
+    if matches!(mode, Mode::Rollout) {
+        // Automatic sync never starts a held commit, so a rollout of one is the explicit
+        // rollback that lifted its hold: it is an ordinary Revision again.
+        conditions::remove(&mut revision_status.conditions, ConditionType::RolledBack);
+    }
     if existing.is_none() {
         events.push((
             EventReason::PlanCreated,
@@ -1175,12 +1180,13 @@ pub fn abandon_unplanned(
 
 /// `decision` with what the rollback `course` changes besides the rollout: `rollback-from`
 /// removed when a new commit ended its hold (ruling 10), a hold lifted by a rollback to the
-/// held commit (`RollbackHoldLifted`), a request with nothing to roll back from removed
+/// held commit (`RollbackHoldLifted`, its Revisions of `revisions` lose `RolledBack=True`), a request with nothing to roll back from removed
 /// (`RollbackAbandoned`). The decision's own annotation changes win.
 pub fn with_course(
     mut decision: Decision,
     app: &Application,
     course: &rollback::Course,
+    revisions: &[Revision],
 ) -> Decision {
     let (mut patch, event) = match course {
         rollback::Course::Follow { end_hold: Some(_) } => {
@@ -1194,6 +1200,25 @@ pub fn with_course(
                  revision again and is deployed",
                 short(held),
                 request.requester()
+            );
+            // The Revision this reconcile deploys may be one of them: its own status drops the
+            // condition, or the sync's status write would put it back.
+            let deploying = decision.revision.as_mut().filter(|r| r.spec.source.revision == *held);
+            let deploying = deploying.and_then(|revision| {
+                if let Some(status) = revision.status.as_mut() {
+                    conditions::remove(&mut status.conditions, ConditionType::RolledBack);
+                }
+                revision.metadata.name.clone()
+            });
+            let others = rollback::lifted(revisions, held).into_iter();
+            decision.others.extend(
+                others.filter(|(name, _)| Some(name) != deploying.as_ref()).map(
+                    |(name, status)| RevisionUpdate {
+                        name,
+                        status: Some(status),
+                        annotations: BTreeMap::new(),
+                    },
+                ),
             );
             (patch, Some((EventReason::RollbackHoldLifted, message)))
         }
@@ -1524,17 +1549,8 @@ fn retry(app: &Application, revision: Option<&Revision>, now: &Time) -> Retry {
     }
     let completed = status.completed_at.clone().unwrap_or_else(|| now.clone());
     let wait = rollout::remaining(&completed, rollout::backoff(status.attempts), now);
+    // A Revision whose rollback was abandoned is no exception: its retries end in RetryBlocked.
     if status.attempts >= app.spec.strategy.failure_policy.max_attempts {
-        // A rollback from this Revision was abandoned: the Application stays failed with the
-        // reason the abandon recorded.
-        let abandoned = revision
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(rollback::ABANDONED));
-        if abandoned {
-            return Retry::Never;
-        }
         let ready =
             app.status.as_ref().and_then(|s| conditions::get(&s.conditions, ConditionType::Ready));
         let blocked = ready.is_some_and(|c| {

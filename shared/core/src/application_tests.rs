@@ -1082,43 +1082,50 @@ fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_l
     assert_eq!(condition.observed_generation, Some(1));
 
     // Backoffs after attempt 1, 2, 3, 30: 10 s, 20 s, 40 s, 300 s; the failure completed at 20.
-    // (generation, maxAttempts, failure retryable, attempts so far, Ready, now, next)
-    type Row = (i64, i32, bool, i32, Reported, i64, Next);
+    // (generation, maxAttempts, failure retryable, attempts so far, Ready, now, next,
+    //  a rollback from the Revision abandoned)
+    type Row = (i64, i32, bool, i32, Reported, i64, Next, bool);
     use Reported::Failure as F;
     let rows: Vec<Row> = vec![
         // Attempts used up: RetryBlocked once the backoff is over, not before.
-        (1, 1, true, 1, F, 21, Next::Waits(9)),
-        (1, 1, true, 1, F, 29, Next::Waits(1)),
-        (1, 1, true, 1, F, 30, Next::Blocked),
-        (1, 1, true, 1, F, 500, Next::Blocked),
+        (1, 1, true, 1, F, 21, Next::Waits(9), false),
+        (1, 1, true, 1, F, 29, Next::Waits(1), false),
+        (1, 1, true, 1, F, 30, Next::Blocked, false),
+        (1, 1, true, 1, F, 500, Next::Blocked, false),
         // Attempts left: retried after the backoff, which doubles per attempt.
-        (1, 3, true, 1, F, 25, Next::Waits(5)),
-        (1, 3, true, 1, F, 30, Next::Attempt(2)),
-        (1, 3, true, 2, F, 30, Next::Waits(10)),
-        (1, 3, true, 2, F, 39, Next::Waits(1)),
-        (1, 3, true, 2, F, 40, Next::Attempt(3)),
-        (1, 3, true, 3, F, 59, Next::Waits(1)),
-        (1, 3, true, 3, F, 60, Next::Blocked),
-        (1, 100, true, 30, F, 319, Next::Waits(1)),
-        (1, 100, true, 30, F, 320, Next::Attempt(31)),
+        (1, 3, true, 1, F, 25, Next::Waits(5), false),
+        (1, 3, true, 1, F, 30, Next::Attempt(2), false),
+        (1, 3, true, 2, F, 30, Next::Waits(10), false),
+        (1, 3, true, 2, F, 39, Next::Waits(1), false),
+        (1, 3, true, 2, F, 40, Next::Attempt(3), false),
+        (1, 3, true, 3, F, 59, Next::Waits(1), false),
+        (1, 3, true, 3, F, 60, Next::Blocked, false),
+        (1, 100, true, 30, F, 319, Next::Waits(1), false),
+        (1, 100, true, 30, F, 320, Next::Attempt(31), false),
         // A failure retrying cannot fix: left as it is.
-        (1, 3, false, 1, F, 30, Next::Nothing),
-        (1, 3, false, 1, F, 5000, Next::Nothing),
+        (1, 3, false, 1, F, 30, Next::Nothing, false),
+        (1, 3, false, 1, F, 5000, Next::Nothing, false),
         // The spec changed since the failure was reported: at once, whatever the backoff, the
         // attempts and the failure.
-        (2, 1, true, 1, F, 21, Next::Attempt(2)),
-        (2, 1, true, 1, F, 30, Next::Attempt(2)),
-        (2, 3, true, 1, F, 21, Next::Attempt(2)),
-        (2, 1, false, 1, F, 30, Next::Attempt(2)),
+        (2, 1, true, 1, F, 21, Next::Attempt(2), false),
+        (2, 1, true, 1, F, 30, Next::Attempt(2), false),
+        (2, 3, true, 1, F, 21, Next::Attempt(2), false),
+        (2, 1, false, 1, F, 30, Next::Attempt(2), false),
         // Retries already blocked: nothing more, until the spec changes.
-        (1, 1, true, 1, Reported::Blocked, 30, Next::Nothing),
-        (1, 1, true, 1, Reported::Blocked, 5000, Next::Nothing),
-        (2, 1, true, 1, Reported::Blocked, 21, Next::Attempt(2)),
+        (1, 1, true, 1, Reported::Blocked, 30, Next::Nothing, false),
+        (1, 1, true, 1, Reported::Blocked, 5000, Next::Nothing, false),
+        (2, 1, true, 1, Reported::Blocked, 21, Next::Attempt(2), false),
+        // A rollback from this Revision was abandoned: its retries go on like any other's and
+        // end in RetryBlocked.
+        (1, 1, true, 1, F, 30, Next::Blocked, true),
+        (1, 3, true, 1, F, 30, Next::Attempt(2), true),
+        (1, 3, true, 3, F, 60, Next::Blocked, true),
+        (1, 1, true, 1, Reported::Blocked, 500, Next::Nothing, true),
     ];
     let state = web();
     // The apply failed before the prune: the old ConfigMap is still there.
     let live = live_before_first_sync();
-    for (n, (generation, max_attempts, retryable, attempts, reported, now, next)) in
+    for (n, (generation, max_attempts, retryable, attempts, reported, now, next, abandoned)) in
         rows.into_iter().enumerate()
     {
         let mut app = application(json!({"automatic": true, "prune": true}), max_attempts);
@@ -1133,13 +1140,17 @@ fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_l
         if let Some(failure) = revision_state.failure.as_mut() {
             failure.retryable = retryable;
         }
-        let revision = stored(&decision, revision_state);
+        let mut revision = stored(&decision, revision_state);
+        if abandoned {
+            let annotations = revision.metadata.annotations.get_or_insert_with(Default::default);
+            annotations.insert(rollback::ABANDONED.to_owned(), "rollback-1".to_owned());
+        }
         let planned_state =
             planned_with(&state, unchanged, prune_for(&state, &live), Some(revision));
         let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(now));
         let row = format!(
             "row {n}: generation {generation}, maxAttempts {max_attempts}, retryable {retryable}, \
-             attempts {attempts}, {reported:?}, at {now}"
+             attempts {attempts}, {reported:?}, at {now}, abandoned {abandoned}"
         );
         match next {
             Next::Waits(_) | Next::Nothing => {
@@ -3147,19 +3158,52 @@ fn the_course_lifts_a_hold_removes_a_pointless_request_and_ends_a_hold_on_a_new_
     };
     let lift =
         rollback::Course::LiftHold { request: request("manual", "alice", None), held: C2.into() };
-    let lifted = with_course(empty(), &app, &lift);
+    let mut held = held_revision();
+    conditions::set(
+        &mut held.status.get_or_insert_with(Default::default).conditions,
+        NewCondition {
+            type_: ConditionType::RolledBack,
+            status: Status::True,
+            reason: "ManualRollback",
+            message: "rolled back".into(),
+            observed_generation: None,
+        },
+        &at(5),
+    );
+    let revisions = [healthy_target(), held];
+    let lifted = with_course(empty(), &app, &lift, &revisions);
     assert_eq!(reasons(&lifted.events), ["RollbackHoldLifted"]);
     assert_eq!(lifted.annotations.get(keys::ROLLBACK_FROM), Some(&None));
     assert_eq!(lifted.annotations.get(keys::ROLLBACK_REVISION), Some(&None));
+    let [unheld] = lifted.others.as_slice() else { panic!("{:?}", lifted.others) };
+    assert_eq!(unheld.name, format!("{APP}-held"), "only the held commit's Revision");
+    let status = unheld.status.as_ref().expect("status");
+    assert!(
+        conditions::get(&status.conditions, ConditionType::RolledBack).is_none(),
+        "lifting removes RolledBack=True"
+    );
     let pointless = rollback::Course::Pointless { request: request("manual", "alice", None) };
-    assert_eq!(reasons(&with_course(empty(), &app, &pointless).events), ["RollbackAbandoned"]);
-    let ended = with_course(empty(), &app, &rollback::Course::Follow { end_hold: Some(C2.into()) });
+    assert_eq!(
+        reasons(&with_course(empty(), &app, &pointless, &revisions).events),
+        ["RollbackAbandoned"]
+    );
+    let ended = with_course(
+        empty(),
+        &app,
+        &rollback::Course::Follow { end_hold: Some(C2.into()) },
+        &revisions,
+    );
+    assert!(ended.others.is_empty(), "a new commit keeps RolledBack=True (ruling 10)");
     assert!(ended.events.is_empty());
     assert_eq!(ended.annotations.get(keys::ROLLBACK_FROM), Some(&None));
     let mut plain = automatic();
     plain.metadata.annotations = None;
-    let nothing =
-        with_course(empty(), &plain, &rollback::Course::Follow { end_hold: Some(C2.into()) });
+    let nothing = with_course(
+        empty(),
+        &plain,
+        &rollback::Course::Follow { end_hold: Some(C2.into()) },
+        &revisions,
+    );
     assert!(nothing.annotations.is_empty(), "nothing to remove writes nothing");
 }
 

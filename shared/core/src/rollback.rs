@@ -14,8 +14,11 @@
 //!   rollback marked that commit's Revisions `RolledBack=True`: the Application keeps running
 //!   the rollback's commit. A hold is keyed on the commit: no resync, poll or values change
 //!   redeploys it. It ends when the spec resolves to another commit (a new commit: the
-//!   annotation goes and the old Revisions keep `RolledBack=True` as history, ruling 10), or
-//!   when an explicit rollback to the held commit lifts it (`RollbackHoldLifted`).
+//!   annotation goes and the old Revisions keep `RolledBack=True`, ruling 10), or when an
+//!   explicit rollback to the held commit lifts it (`RollbackHoldLifted`), which removes
+//!   `RolledBack=True` from its Revisions ([`lifted`]). A commit whose Revision still carries
+//!   `RolledBack=True` is never deployed by automatic sync: a force-push back to it holds it again
+//!   and keeps the commit deployed now running.
 //! - **Automatic rollback** (`failurePolicy.action: rollback`): a failed Revision rolls back at
 //!   once to the previous healthy Revision of another commit ([`fallback`]); with none, or once
 //!   a rollback from it was abandoned, the failure is kept and retried like `pause`.
@@ -152,10 +155,38 @@ pub fn course(app: &Application, resolved: &str, revisions: &[Revision]) -> Cour
                     None => Course::Follow { end_hold: Some(held) },
                 }
             }
+            // A commit a completed rollback replaced stays out of automatic sync, also when the
+            // branch is force-pushed back to it after a newer commit ended the hold.
+            _ if holds(revisions, resolved) => match deployed_instead(app, resolved) {
+                Some(deployed) => Course::Hold { held: resolved.to_owned(), deployed },
+                None => Course::Follow { end_hold: from },
+            },
             Some(from) => Course::Follow { end_hold: Some(from) },
             None => Course::Follow { end_hold: None },
         },
     }
+}
+
+/// What keeps running while `held` comes back as the desired commit: the commit deployed now.
+fn deployed_instead(app: &Application, held: &str) -> Option<String> {
+    app.status.as_ref()?.deployed_revision.clone().filter(|deployed| deployed != held)
+}
+
+/// The Revisions of `held` whose `RolledBack=True` an explicit rollback to it removes, each with
+/// its status without that condition: lifting the hold makes the commit deployable again.
+pub fn lifted(
+    revisions: &[Revision],
+    held: &str,
+) -> Vec<(String, kuvryn_sync_api::RevisionStatus)> {
+    revisions
+        .iter()
+        .filter(|r| r.spec.source.revision == held && rolled_back(r))
+        .filter_map(|r| {
+            let mut status = r.status.clone()?;
+            conditions::remove(&mut status.conditions, ConditionType::RolledBack);
+            Some((r.metadata.name.clone()?, status))
+        })
+        .collect()
 }
 
 /// Whether a completed rollback marked a Revision of `commit` `RolledBack=True`.

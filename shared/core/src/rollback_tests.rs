@@ -86,6 +86,28 @@ fn with<'a>(pairs: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)>
 }
 
 #[test]
+fn lifting_a_hold_removes_rolled_back_from_the_held_commits_revisions_only() {
+    let revisions = vec![
+        rolled_back(rev("web-a", A, 10, RevisionPhase::RolledBack, true)),
+        rolled_back(rev("web-b", B, 20, RevisionPhase::Failed, false)),
+        rolled_back(rev("web-b2", B, 30, RevisionPhase::Cancelled, false)),
+        rev("web-b3", B, 40, RevisionPhase::Failed, false),
+    ];
+    let lifted = lifted(&revisions, B);
+    let names: Vec<&str> = lifted.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["web-b", "web-b2"], "only B's Revisions that carry RolledBack=True");
+    for ((name, status), original) in lifted.iter().zip([&revisions[1], &revisions[2]]) {
+        assert!(
+            conditions::get(&status.conditions, ConditionType::RolledBack).is_none(),
+            "{name}: RolledBack removed"
+        );
+        let phase = original.status.as_ref().and_then(|s| s.phase);
+        assert_eq!(status.phase, phase, "{name}: everything else kept");
+    }
+    assert!(super::lifted(&revisions, C).is_empty(), "nothing of a commit never held");
+}
+
+#[test]
 fn a_request_is_read_from_the_annotations_and_manual_when_the_kind_is_missing() {
     let annotations = BTreeMap::from([
         (keys::ROLLBACK_REVISION.to_owned(), A.to_owned()),
@@ -143,6 +165,14 @@ fn the_course_follows_rolls_back_holds_lifts_or_drops() {
             C,
             held_b.clone(),
             Course::Follow { end_hold: Some(B.into()) },
+        ),
+        (
+            "a force-push back to a commit a completed rollback replaced holds it again, keeping \
+             the commit deployed now",
+            vec![],
+            B,
+            held_b.clone(),
+            Course::Hold { held: B.into(), deployed: A.into() },
         ),
         (
             "rollback-from without a completed rollback holds nothing",
