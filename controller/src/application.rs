@@ -76,7 +76,7 @@ use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest, GitCache};
 use crate::fault::FaultPoint;
 use crate::watches::ManagedWatches;
 use crate::{deletion, diagnose, health, notify, render};
-use crate::{source, triggers};
+use crate::{references, source, triggers};
 
 /// What the reconciler needs.
 pub struct ApplicationContext {
@@ -184,6 +184,20 @@ pub async fn run(
             .default_backoff()
             .applied_objects()
             .predicate_filter(readiness, Default::default());
+    // Secrets and ConfigMaps read by name: polled (see `references`), their changes queued.
+    let (sinks_store, sinks_writer) = kube::runtime::reflector::store();
+    let (referenced_tx, referenced_rx) = tokio::sync::mpsc::channel(crate::watches::QUEUE);
+    let poll_stop = tokio_util::sync::CancellationToken::new();
+    let _stop_polling = poll_stop.clone().drop_guard();
+    tokio::spawn(references::poll(
+        ctx.client.clone(),
+        reader.clone(),
+        sinks_store,
+        referenced_tx,
+        references::POLL_EVERY,
+        poll_stop,
+    ));
+    let requeues = futures::stream::select(receive(triggers), receive(referenced_rx));
     let controller = Controller::for_stream(stream, reader)
         .with_config(
             kube::runtime::controller::Config::default()
@@ -197,14 +211,21 @@ pub async fn run(
         .watches_stream(accounts, move |account: PartialObjectMeta<ServiceAccount>| {
             acting_as(&account_store.state(), &account, default_account.as_deref())
         })
-        .reconcile_on(futures::stream::unfold(triggers, |mut triggers| async move {
-            triggers.recv().await.map(|request| (request, triggers))
-        }));
-    with_reads(controller, &ctx.client, &reads, revisions)
+        .reconcile_on(requeues);
+    with_reads(controller, &ctx.client, &reads, (revisions, sinks_writer))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move { triggers::log_failure("Application", &result) })
         .await;
+}
+
+/// The requests sent to `receiver`, as a stream.
+fn receive(
+    receiver: tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
+) -> impl futures::Stream<Item = ObjectRef<Application>> {
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|request| (request, receiver))
+    })
 }
 
 /// The watches of what Applications read besides their Repository, accounts and dependencies:
@@ -216,7 +237,7 @@ fn with_reads(
     controller: Controller<Application>,
     client: &kube::Client,
     applications: &Store<Application>,
-    revisions: Writer<Revision>,
+    (revisions, sinks): (Writer<Revision>, Writer<NotificationSink>),
 ) -> Controller<Application> {
     let revisions = watcher(Api::<Revision>::all(client.clone()), Default::default())
         .default_backoff()
@@ -225,6 +246,7 @@ fn with_reads(
         .applied_objects();
     let sinks = watcher(Api::<NotificationSink>::all(client.clone()), Default::default())
         .default_backoff()
+        .reflect(sinks)
         .touched_objects();
     let checks = watcher(Api::<HealthCheck>::all(client.clone()), Default::default())
         .default_backoff()

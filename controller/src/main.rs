@@ -20,6 +20,7 @@ mod image_update;
 mod imagepolicy;
 mod metrics;
 mod notify;
+mod references;
 mod render;
 mod repository;
 mod source;

@@ -337,7 +337,7 @@ fn chart_rbac_is_exact_and_least_privilege() {
              "verbs": ["update"]},
             {"apiGroups": [group], "resources": ["healthchecks", "notificationsinks"],
              "verbs": ["get", "list", "watch"]},
-            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get"]},
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
             {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["get", "list", "watch"]},
@@ -427,10 +427,13 @@ fn chart_rbac_is_exact_and_least_privilege() {
                 if rule["apiGroups"] == json!([""]) {
                     for res in resources {
                         assert!(
-                            ["secrets", "events", "serviceaccounts", "groups"]
+                            ["configmaps", "secrets", "events", "serviceaccounts", "groups"]
                                 .contains(&res.as_str().expect("res")),
                             "no core workloads: {rule}"
                         );
+                        if res == "configmaps" {
+                            assert_eq!(verbs, &vec![json!("get")], "ConfigMaps by name: {rule}");
+                        }
                     }
                 }
             }
