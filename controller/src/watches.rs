@@ -5,10 +5,12 @@
 //! `status.managedKinds`, never one per Application.
 //!
 //! A kind the controller may not watch (its RBAC is deliberately narrow: no Secrets, for one) is
-//! logged once and left to the periodic resync.
+//! logged once, then listed every [`LIST_EVERY`] instead (when it may list it), and its watch is
+//! tried again every [`WATCH_RETRY_AFTER`], so RBAC granted later takes effect without a restart.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::Api;
@@ -82,35 +84,175 @@ async fn watch_kind(
             return;
         }
     };
+    let lister: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
     let api: Api<PartialObjectMeta<kube::api::DynamicObject>> = Api::all_with(client, &resource);
+    let mut warned = false;
+    loop {
+        if watch_until_forbidden(&api, &kind, &triggers, &stop).await == Watched::Stopped {
+            return;
+        }
+        if !std::mem::replace(&mut warned, true) {
+            tracing::warn!(kind = %kind.kind, api_version = %kind.api_version,
+                every = ?LIST_EVERY, retry = ?WATCH_RETRY_AFTER,
+                "the controller may not watch this managed kind: listing it periodically \
+                 instead and trying the watch again");
+        }
+        if list_periodically(&lister, &triggers, &stop).await == Watched::Stopped {
+            return;
+        }
+    }
+}
+
+/// How often a kind that may not be watched is listed instead.
+pub const LIST_EVERY: Duration = Duration::from_secs(5);
+/// How long a kind is listed before its watch is tried again (RBAC may have been granted).
+pub const WATCH_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+#[derive(Debug, PartialEq, Eq)]
+enum Watched {
+    /// The controller stops, or the stream ended.
+    Stopped,
+    /// The API server refused the watch (or its initial list) with 403.
+    Forbidden,
+}
+
+/// Queue the Applications of the watched objects' changes until stopped or refused.
+async fn watch_until_forbidden(
+    api: &Api<PartialObjectMeta<kube::api::DynamicObject>>,
+    kind: &ManagedKind,
+    triggers: &mpsc::Sender<ObjectRef<Application>>,
+    stop: &CancellationToken,
+) -> Watched {
     let config = watcher::Config::default().labels(keys::APPLICATION);
-    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut events = std::pin::pin!(watcher(api.clone(), config).default_backoff());
     tracing::info!(kind = %kind.kind, api_version = %kind.api_version, "watching managed kind");
     loop {
         let event = tokio::select! {
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return Watched::Stopped,
             event = events.next() => event,
         };
         match event {
-            None => return,
+            None => return Watched::Stopped,
             Some(Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object))) => {
-                let labels = object.metadata.labels.unwrap_or_default();
-                if let (Some(name), Some(namespace)) =
-                    (labels.get(keys::APPLICATION), labels.get(keys::APPLICATION_NAMESPACE))
-                {
-                    // A full queue drops the request: the resync covers it.
-                    let _ = triggers.try_send(ObjectRef::new(name).within(namespace));
-                }
+                request_reconcile(triggers, &object);
             }
             Some(Ok(_)) => {}
-            Some(Err(watcher::Error::InitialListFailed(kube::Error::Api(status))))
-                if status.code == 403 =>
-            {
-                tracing::warn!(kind = %kind.kind, api_version = %kind.api_version,
-                    "the controller may not watch this managed kind; the periodic resync covers it");
-                return;
-            }
+            Some(Err(
+                watcher::Error::InitialListFailed(kube::Error::Api(status))
+                | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+                | watcher::Error::WatchFailed(kube::Error::Api(status)),
+            )) if status.code == 403 => return Watched::Forbidden,
             Some(Err(err)) => tracing::debug!(kind = %kind.kind, %err, "managed-kind watch error"),
         }
+    }
+}
+
+/// For [`WATCH_RETRY_AFTER`], list the kind every [`LIST_EVERY`] and queue the Applications of
+/// the objects that changed, appeared or went away between two lists (a refused list is just
+/// tried again).
+async fn list_periodically(
+    api: &Api<kube::api::DynamicObject>,
+    triggers: &mpsc::Sender<ObjectRef<Application>>,
+    stop: &CancellationToken,
+) -> Watched {
+    let params = kube::api::ListParams::default().labels(keys::APPLICATION);
+    let mut before: Option<Listed> = None;
+    let until = tokio::time::Instant::now() + WATCH_RETRY_AFTER;
+    while tokio::time::Instant::now() < until {
+        if let Ok(list) = api.list_metadata(&params).await {
+            let now: Listed = list.items.into_iter().map(|o| (listed_key(&o), o)).collect();
+            if let Some(before) = &before {
+                for object in moved(before, &now) {
+                    request_reconcile(triggers, object);
+                }
+            }
+            before = Some(now);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return Watched::Stopped,
+            () = tokio::time::sleep(LIST_EVERY) => {}
+        }
+    }
+    Watched::Forbidden
+}
+
+/// One listing: each object by uid (or namespace/name), with its `resourceVersion`.
+type Listed = BTreeMap<String, PartialObjectMeta<kube::api::DynamicObject>>;
+
+fn listed_key(object: &PartialObjectMeta<kube::api::DynamicObject>) -> String {
+    let meta = &object.metadata;
+    meta.uid.clone().unwrap_or_else(|| {
+        format!(
+            "{}/{}",
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default()
+        )
+    })
+}
+
+/// The objects of two listings that changed (another `resourceVersion`), appeared or went away.
+fn moved<'a>(
+    before: &'a Listed,
+    now: &'a Listed,
+) -> Vec<&'a PartialObjectMeta<kube::api::DynamicObject>> {
+    let changed = now.iter().filter(|(key, object)| {
+        before
+            .get(*key)
+            .is_none_or(|old| old.metadata.resource_version != object.metadata.resource_version)
+    });
+    let gone = before.iter().filter(|(key, _)| !now.contains_key(*key));
+    changed.chain(gone).map(|(_, object)| object).collect()
+}
+
+/// Queue the Application `object`'s labels name; a full queue drops the request (the resync
+/// covers it).
+fn request_reconcile(
+    triggers: &mpsc::Sender<ObjectRef<Application>>,
+    object: &PartialObjectMeta<kube::api::DynamicObject>,
+) {
+    let Some(labels) = object.metadata.labels.as_ref() else { return };
+    if let (Some(name), Some(namespace)) =
+        (labels.get(keys::APPLICATION), labels.get(keys::APPLICATION_NAMESPACE))
+    {
+        let _ = triggers.try_send(ObjectRef::new(name).within(namespace));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(uid: &str, version: &str, app: &str) -> PartialObjectMeta<kube::api::DynamicObject> {
+        let mut object: PartialObjectMeta<kube::api::DynamicObject> =
+            serde_json::from_value(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                                      "metadata": {}}))
+            .expect("metadata");
+        object.metadata.uid = Some(uid.into());
+        object.metadata.resource_version = Some(version.into());
+        object.metadata.labels = Some(
+            [
+                (keys::APPLICATION.to_owned(), app.to_owned()),
+                (keys::APPLICATION_NAMESPACE.to_owned(), "team".to_owned()),
+            ]
+            .into(),
+        );
+        object
+    }
+
+    fn listing(objects: &[(&str, &str, &str)]) -> Listed {
+        objects.iter().map(|(uid, v, app)| ((*uid).to_owned(), object(uid, v, app))).collect()
+    }
+
+    #[test]
+    fn a_listing_wakes_the_applications_of_what_changed_appeared_or_went_away() {
+        let before = listing(&[("a", "1", "web"), ("b", "2", "api"), ("c", "3", "db")]);
+        let now = listing(&[("a", "1", "web"), ("b", "5", "api"), ("d", "6", "cache")]);
+        let mut woken: Vec<String> = moved(&before, &now)
+            .into_iter()
+            .filter_map(|o| o.metadata.labels.as_ref()?.get(keys::APPLICATION).cloned())
+            .collect();
+        woken.sort();
+        assert_eq!(woken, ["api", "cache", "db"], "b changed, d appeared, c went away");
+        assert!(moved(&now, &now).is_empty(), "nothing moved");
     }
 }

@@ -35,6 +35,9 @@ pub struct Fault {
     /// Only requests authenticated as this user (before impersonation) get the fault; `None`:
     /// every requester.
     pub only_user: Option<String>,
+    /// Only requests for this resource (its plural, such as `configmaps`) get the fault; `None`:
+    /// every resource.
+    pub only_resource: Option<String>,
 }
 
 /// How a cut watch stream ends.
@@ -129,8 +132,8 @@ impl Faults {
         (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// The fault for this verb and requester, if any.
-    fn fault_for(&self, verb: &str, requester: &str) -> Option<Fault> {
+    /// The fault for this verb, requester and resource, if any.
+    fn fault_for(&self, verb: &str, requester: &str, resource: Option<&str>) -> Option<Fault> {
         let m = self.by_verb.read().unwrap_or_else(|e| e.into_inner());
         if m.is_empty() {
             return None;
@@ -138,12 +141,19 @@ impl Faults {
         m.get(verb)
             .or_else(|| m.get("*"))
             .filter(|f| f.only_user.as_deref().is_none_or(|u| u == requester))
+            .filter(|f| f.only_resource.as_deref().is_none_or(|r| Some(r) == resource))
             .cloned()
     }
 
     /// Decide for a request with this verb by `requester` (after sleeping any latency).
+    #[cfg(test)]
     pub async fn decide(&self, verb: &str, requester: &str) -> Action {
-        let Some(f) = self.fault_for(verb, requester) else { return Action::Serve };
+        self.decide_on(verb, requester, None).await
+    }
+
+    /// [`Faults::decide`] for a request on `resource` (a plural such as `configmaps`).
+    pub async fn decide_on(&self, verb: &str, requester: &str, resource: Option<&str>) -> Action {
+        let Some(f) = self.fault_for(verb, requester, resource) else { return Action::Serve };
         if !f.latency.is_zero() {
             self.delayed.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(f.latency).await;
@@ -167,7 +177,7 @@ impl Faults {
     /// The faults of a watch by `requester` that is served; `resuming`: it names a
     /// `resourceVersion` to continue from (only those can be too old).
     pub fn watch_plan(&self, requester: &str, resuming: bool) -> WatchPlan {
-        let Some(f) = self.fault_for("watch", requester) else { return WatchPlan::default() };
+        let Some(f) = self.fault_for("watch", requester, None) else { return WatchPlan::default() };
         if resuming && f.watch_gone_rate > 0.0 && self.random() < f.watch_gone_rate {
             self.watch_gone.fetch_add(1, Ordering::Relaxed);
             return WatchPlan { gone: true, cut: None };
@@ -230,6 +240,22 @@ mod tests {
         assert_eq!(faults.decide("delete", "admin").await, Action::Serve);
         faults.clear();
         assert_eq!(faults.decide("get", "anyone").await, Action::Serve);
+    }
+
+    #[tokio::test]
+    async fn a_resource_fault_spares_other_resources() {
+        let faults = Faults::seeded(5);
+        let forbidden = Fault {
+            error_rate: 1.0,
+            error_code: 403,
+            only_resource: Some("configmaps".into()),
+            ..Fault::default()
+        };
+        faults.set("watch", forbidden);
+        assert_eq!(faults.decide_on("watch", "ctl", Some("configmaps")).await, Action::Error(403));
+        assert_eq!(faults.decide_on("watch", "ctl", Some("secrets")).await, Action::Serve);
+        assert_eq!(faults.decide_on("list", "ctl", Some("configmaps")).await, Action::Serve);
+        assert_eq!(faults.decide("watch", "ctl").await, Action::Serve, "no resource named");
     }
 
     #[test]

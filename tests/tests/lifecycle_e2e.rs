@@ -8,7 +8,8 @@
 //!   failed during the sync, one notification per lifecycle event (7);
 //! - objects of a kind the service account may not list are still observed (9);
 //! - a NotificationSink or a HealthCheck changing re-checks the Applications it concerns within
-//!   seconds, not at the resync (8).
+//!   seconds, not at the resync, and a managed kind the controller may not watch (403) is listed
+//!   every few seconds instead (8).
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -435,5 +436,51 @@ async fn a_health_check_change_is_seen_within_seconds() -> Result<()> {
     checks.delete(&format!("{ns}-configmaps"), &Default::default()).await?;
     let message = seen?.map(|(_, _, m)| m).unwrap_or_default();
     assert!(message.contains("marked by the test"), "{message}");
+    Ok(())
+}
+
+/// A managed kind the controller may not watch (the API server answers 403) is listed every few
+/// seconds instead: drift of a managed ConfigMap under selfHeal is repaired within seconds, not
+/// at the five-minute resync.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kind_the_controller_may_not_watch_is_listed_instead() -> Result<()> {
+    use anyhow::Context as _;
+    if kuvryn_sync_tests::cluster::skip_on_real_cluster(
+        "a_kind_the_controller_may_not_watch_is_listed_instead",
+        "a 403 the sandbox injects on the controller's watches of one resource",
+    ) {
+        return Ok(());
+    }
+    const CONTROLLER_USER: &str = "kuvryn-sync-controller-no-watch";
+    let mut env = env("life-nowatch", false).await?;
+    let sandbox = env.cluster.sandbox().context("sandbox")?;
+    let kubeconfig = sandbox.user_kubeconfig(CONTROLLER_USER, &["system:masters"])?;
+    let kubeconfig = kubeconfig.to_str().context("kubeconfig path")?.to_owned();
+    sandbox.set_fault(
+        "watch",
+        ksync_sandbox::Fault {
+            error_rate: 1.0,
+            error_code: 403,
+            only_user: Some(CONTROLLER_USER.to_owned()),
+            only_resource: Some("configmaps".to_owned()),
+            ..ksync_sandbox::Fault::default()
+        },
+    );
+    env.start_controller(&[("KUBECONFIG", kubeconfig.as_str())])?;
+    env.push(&[("apps/web/cm.yaml", config_map("web", "1", json!({})))], "one").await?;
+    env.create_app("web", "apps/web", json!({"sync": {"selfHeal": true}})).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    let drift = json!({"data": {"value": "drifted"}});
+    env.api::<ConfigMap>()
+        .patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&drift))
+        .await?;
+    wait_for("the drift repaired within 30 s", std::time::Duration::from_secs(30), || async {
+        let cm = env.api::<ConfigMap>().get("web").await?;
+        let value = cm.data.and_then(|d| d.get("value").cloned());
+        Ok(((value.as_deref() == Some("1")).then_some(()), format!("{value:?}")))
+    })
+    .await?;
+    let log = env.controller_log();
+    assert!(log.contains("may not watch this managed kind"), "the fallback was not taken");
     Ok(())
 }

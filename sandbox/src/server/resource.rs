@@ -26,7 +26,8 @@ pub(super) async fn resource_request(
     let t = parse_target(&req.app.store, g, v, rest)?;
     let verb = verb_of(req, &t);
     authorize(req, &t, verb)?;
-    if let Some(r) = injected_fault(req.app.faults.decide(verb, req.requester).await)? {
+    let fault = req.app.faults.decide_on(verb, req.requester, Some(&t.ri.plural)).await;
+    if let Some(r) = injected_fault(fault)? {
         return Ok(r);
     }
     let ri = &t.ri;
@@ -98,6 +99,7 @@ fn injected_error(code: u16) -> Response {
         429 => ("TooManyRequests", "the server has received too many requests and has asked us to try again later".into()),
         503 => ("ServiceUnavailable", "the server is currently unable to handle the request".into()),
         504 => ("Timeout", "the server was unable to return a response in the time allotted, but may still be processing the request".into()),
+        403 => ("Forbidden", "the requester may not do this (injected fault)".into()),
         _ => ("InternalError", "Internal error occurred: injected fault".into()),
     };
     let e = ApiError { code, reason, message, details: Some(json!({"retryAfterSeconds": 1})) };
