@@ -412,49 +412,38 @@ async fn reconcile(
     .map_err(|err| ReconcileError::Finalizer(Box::new(err)))
 }
 
-/// The reconcile of an Application that is not being deleted.
+/// The reconcile of an Application that is not being deleted: observe, decide, write, then run
+/// the sync step the decision asks for.
 async fn sync_application(
     app: Arc<Application>,
     namespace: &str,
     ctx: &ApplicationContext,
 ) -> Result<Action, ReconcileError> {
-    let namespace = namespace.to_owned();
     if app.spec.suspend {
         tracing::info!(application = %app.name_any(), %namespace,
             "suspended: nothing is applied, pruned or repaired");
-        write_suspended(&app, &namespace, ctx).await?;
+        write_suspended(&app, namespace, ctx).await?;
         return Ok(Action::requeue(ctx.resync));
     }
     let mut redactor = Redactor::new();
     let identity = (&ctx.clients, service_account_of(&app, ctx));
     let sinks =
-        notify::sinks_condition(&app, &namespace, &ctx.client, identity, &mut redactor).await;
-    let checked = check_dependencies(&app, &namespace, ctx).await?;
+        notify::sinks_condition(&app, namespace, &ctx.client, identity, &mut redactor).await;
+    let checked = check_dependencies(&app, namespace, ctx).await?;
     let dependencies = checked.as_ref().map(|(verdict, _)| verdict.clone());
     if let Some((verdict, causes)) = checked.filter(|(v, _)| !v.is_ready())
         && let Some(condition) = dependencies::condition(&app, &verdict)
     {
         let decision = wait_for_dependencies(&app, condition, causes, &now());
         let decision = notify::with_notifications(decision, &app, sinks, &now());
-        write(&app, &namespace, &decision, None, &redactor, ctx).await?;
+        write(&app, namespace, &decision, None, &redactor, ctx).await?;
         return Ok(Action::requeue(decision.requeue_after.unwrap_or(ctx.resync)));
     }
     let mut seen = (Course::Follow { end_hold: None }, None, Vec::new());
-    let observation = match observe(&app, &namespace, ctx, &mut redactor, &mut seen).await? {
+    let observation = match observe(&app, namespace, ctx, &mut redactor, &mut seen).await? {
         Ok(observation) | Err(observation) => observation,
     };
-    let (course, run, revisions) = seen;
-    let unplanned = match (&observation, &run) {
-        (Observation::Failed { reason, message, .. }, Some(run)) => {
-            abandon_unplanned(&app, run, *reason, message, &redactor, &now())
-        }
-        _ => None,
-    };
-    let decided = unplanned.unwrap_or_else(|| decide(&app, &observation, &redactor, &now()));
-    let decision = with_course(decided, &app, &course, &revisions);
-    let condition = dependencies.as_ref().and_then(|v| dependencies::condition(&app, v));
-    let decision = with_dependencies(decision, &app, condition, &now());
-    let mut decision = notify::with_notifications(decision, &app, sinks, &now());
+    let mut decision = decide_reconcile(&app, &observation, seen, dependencies, sinks, &redactor);
     if let (Step::Report, Observation::Planned(planned)) = (&decision.step, &observation) {
         let rules = ctx.health_rules.current();
         decision.events.extend(newly_invalid_health_checks(&app, &rules, planned));
@@ -463,48 +452,90 @@ async fn sync_application(
         Observation::Planned(planned) => planned.revision.as_ref(),
         Observation::Failed { .. } => None,
     };
-    write_with_history(&app, &namespace, &mut decision, previous, &redactor, ctx).await?;
+    write_with_history(&app, namespace, &mut decision, previous, &redactor, ctx).await?;
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
-        let outcome = sync(&app, &namespace, &decision, planned.as_ref(), ctx).await;
-        if let Some(fault) = &ctx.fault {
-            fault.reached(crate::fault::AFTER_APPLY);
-        }
-        let mut settled = settle(&app, &decision, planned, &outcome, &redactor, &now());
-        settled.events.extend(invalid_health_checks(&ctx.health_rules.current(), planned));
-        if let SyncOutcome::Failed {
-            reason: FailureReason::HookFailed, resource: Some(hook), ..
-        } = &outcome
-        {
-            let found = diagnose_failed_hook(&app, &namespace, planned, hook, &redactor, ctx).await;
-            if !found.is_empty() {
-                settled.events.push((
-                    kuvryn_sync_api::EventReason::Diagnosed,
-                    kuvryn_sync_core::application::diagnosed_message(&found),
-                ));
-            }
-            settled.status.diagnosis = found;
-        }
-        let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
-        // The Application first: a crash between the two leaves the Revision Applying, so the
-        // restarted controller syncs again and settles both (the other order would leave an
-        // Observing Revision with the inventory of before the prune).
-        write_status(&app, &namespace, &settled.status, ctx).await?;
-        write_revision_status(&namespace, &revision, &settled.revision, None, ctx).await?;
-        publish(&app, &settled.events, &redactor, ctx).await;
-        if let SyncOutcome::Failed { reason, message, .. } = &outcome {
-            tracing::info!(application = %app.name_any(), %namespace, reason = reason.as_str(),
-                message = %redactor.redact(message), "sync failed");
-        } else {
-            tracing::info!(application = %app.name_any(), %namespace, %revision, "synced");
-        }
+        sync_step(&app, namespace, &decision, planned, &redactor, ctx).await?;
     }
+    watch_managed_kinds(&app, &decision, ctx);
+    let next = decision.requeue_after.map_or(ctx.resync, |after| after.min(ctx.resync));
+    Ok(Action::requeue(next))
+}
+
+/// Everything one reconcile decides from what it observed: the rollout (or a rollback run that
+/// could not be planned, abandoned), then what the rollback course, the dependencies and the
+/// notification sinks add.
+fn decide_reconcile(
+    app: &Application,
+    observation: &Observation,
+    (course, run, revisions): Seen,
+    dependencies: Option<dependencies::Verdict>,
+    sinks: Option<kuvryn_sync_core::conditions::NewCondition<'static>>,
+    redactor: &Redactor,
+) -> Decision {
+    let unplanned = match (observation, &run) {
+        (Observation::Failed { reason, message, .. }, Some(run)) => {
+            abandon_unplanned(app, run, *reason, message, redactor, &now())
+        }
+        _ => None,
+    };
+    let decided = unplanned.unwrap_or_else(|| decide(app, observation, redactor, &now()));
+    let decision = with_course(decided, app, &course, &revisions);
+    let condition = dependencies.as_ref().and_then(|v| dependencies::condition(app, v));
+    let decision = with_dependencies(decision, app, condition, &now());
+    notify::with_notifications(decision, app, sinks, &now())
+}
+
+/// The sync step, then its settled statuses written: the Application first, then the Revision.
+async fn sync_step(
+    app: &Application,
+    namespace: &str,
+    decision: &Decision,
+    planned: &Planned,
+    redactor: &Redactor,
+    ctx: &ApplicationContext,
+) -> Result<(), ReconcileError> {
+    let outcome = sync(app, namespace, decision, planned, ctx).await;
+    if let Some(fault) = &ctx.fault {
+        fault.reached(crate::fault::AFTER_APPLY);
+    }
+    let mut settled = settle(app, decision, planned, &outcome, redactor, &now());
+    settled.events.extend(invalid_health_checks(&ctx.health_rules.current(), planned));
+    if let SyncOutcome::Failed { reason: FailureReason::HookFailed, resource: Some(hook), .. } =
+        &outcome
+    {
+        let found = diagnose_failed_hook(app, namespace, planned, hook, redactor, ctx).await;
+        if !found.is_empty() {
+            settled.events.push((
+                kuvryn_sync_api::EventReason::Diagnosed,
+                kuvryn_sync_core::application::diagnosed_message(&found),
+            ));
+        }
+        settled.status.diagnosis = found;
+    }
+    let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
+    // The Application first: a crash between the two leaves the Revision Applying, so the
+    // restarted controller syncs again and settles both (the other order would leave an
+    // Observing Revision with the inventory of before the prune).
+    write_status(app, namespace, &settled.status, ctx).await?;
+    write_revision_status(namespace, &revision, &settled.revision, None, ctx).await?;
+    publish(app, &settled.events, redactor, ctx).await;
+    if let SyncOutcome::Failed { reason, message, .. } = &outcome {
+        tracing::info!(application = %app.name_any(), %namespace, reason = reason.as_str(),
+            message = %redactor.redact(message), "sync failed");
+    } else {
+        tracing::info!(application = %app.name_any(), %namespace, %revision, "synced");
+    }
+    Ok(())
+}
+
+/// Start the shared watches of the kinds the Application manages, as recorded before and after
+/// this reconcile.
+fn watch_managed_kinds(app: &Application, decision: &Decision, ctx: &ApplicationContext) {
     let kinds = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     ctx.watches.ensure(&kinds);
     if let Some(status) = &decision.status {
         ctx.watches.ensure(&status.managed_kinds);
     }
-    let next = decision.requeue_after.map_or(ctx.resync, |after| after.min(ctx.resync));
-    Ok(Action::requeue(next))
 }
 
 /// `spec.dependsOn`, checked against the namespace's Applications, with the root causes of the
@@ -671,33 +702,15 @@ async fn observe(
     let client = match ctx.clients.for_service_account(namespace, &service_account) {
         Ok(client) => client,
         Err(err) => {
-            return Ok(Err(failed(
-                FailureReason::ServiceAccountFailure,
-                err.to_string(),
-                sa,
-                None,
-            )));
+            let reason = FailureReason::ServiceAccountFailure;
+            return Ok(Err(failed(reason, err.to_string(), sa, None)));
         }
     };
     let (resolved, request) = match read_source(app, namespace, ctx, redactor).await? {
         Ok(found) => found,
         Err((reason, message)) => return Ok(Err(failed(reason, message, sa, None))),
     };
-    // A rollback deploys its own commit, and a hold keeps the rollback's commit running: read
-    // from the API while a rollback is annotated (the store may lag its own writes), else from
-    // the watched store, for a commit a completed rollback marked.
-    let revisions = if rollback_annotated(app) {
-        list_revisions(app, namespace, ctx).await?
-    } else {
-        stored_revisions(app, namespace, ctx).await
-    };
-    let course = rollback::course(app, &resolved, &revisions);
-    let commit = match &course {
-        Course::RollBack { request, .. } => request.commit.clone(),
-        Course::Hold { deployed, .. } => deployed.clone(),
-        _ => resolved.clone(),
-    };
-    *seen = (course.clone(), run_for(app, &course, &revisions), revisions);
+    let commit = follow_course(app, namespace, &resolved, ctx, seen).await?;
     let tree = match checkout(ctx, request, &commit).await? {
         Ok(tree) => tree,
         Err((reason, message)) => return Ok(Err(failed(reason, message, sa, Some(&commit)))),
@@ -711,34 +724,14 @@ async fn observe(
     learn_secret_values(redactor, &desired);
     let manager = field_manager::for_application(namespace, &app.name_any());
     let engine = engine_for(app, &client, &manager, ctx);
-    let parts = match plan_desired_state(
-        app,
-        namespace,
-        (&engine, &client),
-        &commit,
-        &desired,
-        ctx,
-        redactor,
-    )
-    .await?
+    let planning = (&engine, &client);
+    let parts = match plan_desired_state(app, namespace, planning, &commit, &desired, ctx, redactor)
+        .await?
     {
         Ok(parts) => parts,
         Err(err) => return Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
     };
-    // A failed rollout under `failurePolicy.action: rollback` returns to a healthy Revision.
-    let failed_here = parts
-        .existing
-        .as_ref()
-        .filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(RevisionPhase::Failed));
-    let fallback = match (failed_here, &course) {
-        (Some(failed), Course::Follow { .. })
-            if app.spec.strategy.failure_policy.action == FailureAction::Rollback =>
-        {
-            let all = list_revisions(app, namespace, ctx).await?;
-            rollback::fallback(app, failed, &all)
-        }
-        _ => None,
-    };
+    let fallback = fallback_of(app, namespace, parts.existing.as_ref(), &seen.0, ctx).await?;
     Ok(Ok(Observation::Planned(Box::new(Planned {
         service_account,
         commit,
@@ -753,6 +746,55 @@ async fn observe(
         rollback: seen.1.clone(),
         fallback,
     }))))
+}
+
+/// The rollback course for the commit the spec resolves to (recorded in `seen`), and the commit
+/// it deploys: a rollback deploys its own commit, and a hold keeps the rollback's commit running.
+async fn follow_course(
+    app: &Application,
+    namespace: &str,
+    resolved: &str,
+    ctx: &ApplicationContext,
+    seen: &mut Seen,
+) -> Result<String, ReconcileError> {
+    // Read from the API while a rollback is annotated (the store may lag its own writes), else
+    // from the watched store, for a commit a completed rollback marked.
+    let revisions = if rollback_annotated(app) {
+        list_revisions(app, namespace, ctx).await?
+    } else {
+        stored_revisions(app, namespace, ctx).await
+    };
+    let course = rollback::course(app, resolved, &revisions);
+    let commit = match &course {
+        Course::RollBack { request, .. } => request.commit.clone(),
+        Course::Hold { deployed, .. } => deployed.clone(),
+        _ => resolved.to_owned(),
+    };
+    let run = run_for(app, &course, &revisions);
+    *seen = (course, run, revisions);
+    Ok(commit)
+}
+
+/// Where a failed rollout under `failurePolicy.action: rollback` returns to: a healthy
+/// Revision, when the Revision found is Failed and the Application follows its spec.
+async fn fallback_of(
+    app: &Application,
+    namespace: &str,
+    existing: Option<&Revision>,
+    course: &Course,
+    ctx: &ApplicationContext,
+) -> Result<Option<rollback::Fallback>, ReconcileError> {
+    let failed_here =
+        existing.filter(|r| r.status.as_ref().and_then(|s| s.phase) == Some(RevisionPhase::Failed));
+    match (failed_here, course) {
+        (Some(failed), Course::Follow { .. })
+            if app.spec.strategy.failure_policy.action == FailureAction::Rollback =>
+        {
+            let all = list_revisions(app, namespace, ctx).await?;
+            Ok(rollback::fallback(app, failed, &all))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Whether `app` carries a rollback request or hold, so its Revisions are read for the course.
@@ -1121,33 +1163,9 @@ async fn sync(
     let last = groups.len().saturating_sub(1);
     let deadline = tokio::time::Instant::now() + rollout::timeout(app);
     for (n, group) in groups.into_iter().enumerate() {
-        let objects: Vec<&DesiredObject> = planned
-            .desired
-            .objects
-            .iter()
-            .filter(|o| group.objects.contains(&o.key) && changed.contains(&o.key))
-            .collect();
-        let (crds, rest): (Vec<&DesiredObject>, Vec<&DesiredObject>) =
-            objects.into_iter().partition(|o| is_crd(&o.key.group_kind));
-        for batch in [crds, rest] {
-            if batch.is_empty() {
-                continue;
-            }
-            let timer = ctx.metrics.durations.apply();
-            if let Err(err) = engine.apply(&batch, &revision).await {
-                return engine_failure(err);
-            }
-            drop(timer);
-            if batch.iter().any(|o| is_crd(&o.key.group_kind)) {
-                if let Err(message) = wait_established(&client, &batch, ctx.crd_timeout).await {
-                    return SyncOutcome::Failed {
-                        reason: FailureReason::ApplyFailure,
-                        message,
-                        resource: None,
-                    };
-                }
-                ctx.kinds.forget();
-            }
+        let applying = (&engine, &client, revision.as_str());
+        if let Err(failed) = apply_group(applying, planned, &group.objects, &changed, ctx).await {
+            return failed;
         }
         // Each group must be Healthy before the next starts (DESIGN §4.2): pre-sync hooks
         // before the resources, wave after wave, post-sync hooks last. The last group's health
@@ -1171,6 +1189,39 @@ async fn sync(
     live_kinds.extend(planned.prune.keep.iter().map(|(o, _)| o.key.group_kind.clone()));
     live_kinds.extend(planned.unlisted.iter().cloned());
     SyncOutcome::Done { live_kinds: live_kinds.into_iter().collect() }
+}
+
+/// Apply the changed objects of one group: its CRDs first, Established before the rest.
+async fn apply_group(
+    (engine, client, revision): (&Engine<'_>, &kube::Client, &str),
+    planned: &Planned,
+    members: &[ObjectKey],
+    changed: &BTreeSet<ObjectKey>,
+    ctx: &ApplicationContext,
+) -> Result<(), SyncOutcome> {
+    let objects: Vec<&DesiredObject> = planned
+        .desired
+        .objects
+        .iter()
+        .filter(|o| members.contains(&o.key) && changed.contains(&o.key))
+        .collect();
+    let (crds, rest): (Vec<&DesiredObject>, Vec<&DesiredObject>) =
+        objects.into_iter().partition(|o| is_crd(&o.key.group_kind));
+    for batch in [crds, rest] {
+        if batch.is_empty() {
+            continue;
+        }
+        let timer = ctx.metrics.durations.apply();
+        engine.apply(&batch, revision).await.map_err(engine_failure)?;
+        drop(timer);
+        if batch.iter().any(|o| is_crd(&o.key.group_kind)) {
+            wait_established(client, &batch, ctx.crd_timeout).await.map_err(|message| {
+                SyncOutcome::Failed { reason: FailureReason::ApplyFailure, message, resource: None }
+            })?;
+            ctx.kinds.forget();
+        }
+    }
+    Ok(())
 }
 
 /// The diagnosis of a hook that failed the sync step: the step stops before the rollout's

@@ -76,8 +76,25 @@ pub async fn clean_up(
     let decision = plan_prune(&BTreeSet::new(), &kinds, &inventory.managed());
     let mut left: Vec<String> =
         decision.keep.iter().map(|(object, reason)| format!("{} ({reason})", object.key)).collect();
+    let refused = delete_each(&engine, &decision.delete, &mut left).await;
+    for kind in &inventory.unlisted {
+        left.push(format!("every {kind} (the service account may not list them)"));
+    }
+    events.extend(leftover_events(&refused, &left));
+    publish(app, &events, &Redactor::new(), ctx).await;
+    tracing::info!(application = %app.name_any(), %namespace, deleted = decision.delete.len() - refused.len(),
+        left = left.len(), "deleted with DeleteManagedResources");
+    Ok(Action::await_change())
+}
+
+/// Delete `objects` one by one; those left are added to `left`. The refusals' messages.
+async fn delete_each(
+    engine: &Engine<'_>,
+    objects: &[ManagedObject],
+    left: &mut Vec<String>,
+) -> Vec<String> {
     let mut refused = Vec::new();
-    for object in &decision.delete {
+    for object in objects {
         match engine.delete(std::slice::from_ref(object)).await {
             Ok(()) => {}
             Err(err @ EngineError::Forbidden { .. }) => {
@@ -87,9 +104,12 @@ pub async fn clean_up(
             Err(err) => left.push(format!("{} ({err})", object.key)),
         }
     }
-    for kind in &inventory.unlisted {
-        left.push(format!("every {kind} (the service account may not list them)"));
-    }
+    refused
+}
+
+/// `Forbidden` for the first refusal, and `ManagedResourcesOrphaned` naming what was left.
+fn leftover_events(refused: &[String], left: &[String]) -> Vec<(EventReason, String)> {
+    let mut events = Vec::new();
     if let Some(first) = refused.first() {
         events.push((EventReason::Failure(FailureReason::Forbidden), first.clone()));
     }
@@ -102,10 +122,7 @@ pub async fn clean_up(
             format!("left {} managed object(s) in place: {}{tail}", left.len(), named.join(", ")),
         ));
     }
-    publish(app, &events, &Redactor::new(), ctx).await;
-    tracing::info!(application = %app.name_any(), %namespace, deleted = decision.delete.len() - refused.len(),
-        left = left.len(), "deleted with DeleteManagedResources");
-    Ok(Action::await_change())
+    events
 }
 
 fn describe(object: &ManagedObject) -> String {

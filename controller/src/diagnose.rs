@@ -56,53 +56,16 @@ pub async fn diagnose(
     if unhealthy.is_empty() {
         return Vec::new();
     }
-    let mut snapshot = Snapshot::default();
-    let mut seen = BTreeSet::new();
-    let mut frontier: Vec<Value> = health
+    let frontier: Vec<Value> = health
         .iter()
         .filter(|h| !rollout::is_done(h.state))
         .filter_map(|h| live.get(&h.key).cloned())
         .collect();
-    for _ in 0..DEPTH {
-        let mut next = Vec::new();
-        for object in &frontier {
-            for query in diagnosis::related_selectors(object) {
-                next.extend(related(client, kinds, &query).await);
-            }
-        }
-        for object in std::mem::take(&mut frontier) {
-            if seen.insert(uid_or_name(&object)) && snapshot.objects.len() < MAX_SNAPSHOT_OBJECTS {
-                snapshot.objects.push(object);
-            }
-        }
-        frontier = next.into_iter().filter(|o| !seen.contains(&uid_or_name(o))).collect();
-        if frontier.is_empty() {
-            break;
-        }
-    }
-    snapshot.objects.extend(frontier.into_iter().take(MAX_SNAPSHOT_OBJECTS));
+    let mut snapshot =
+        Snapshot { objects: relatives(client, kinds, frontier).await, ..Default::default() };
     snapshot.events = events_about(client, &snapshot.objects).await;
     let mut redactor = redactor.clone();
-    let to_check = diagnosis::references_to_check(&snapshot);
-    let unchecked_secrets: Vec<_> =
-        diagnosis::secrets_referenced(&snapshot).difference(&to_check).cloned().collect();
-    for wanted in to_check {
-        match get(client, kinds, &wanted).await {
-            Some(Some(found)) => {
-                learn_values(&mut redactor, &found);
-                snapshot.objects.push(without_secret_values(found));
-            }
-            Some(None) => {
-                snapshot.absent.insert(wanted);
-            }
-            None => {}
-        }
-    }
-    for wanted in unchecked_secrets {
-        if let Some(Some(found)) = get(client, kinds, &wanted).await {
-            learn_values(&mut redactor, &found);
-        }
-    }
+    check_references(client, kinds, &mut snapshot, &mut redactor).await;
     diagnosis::diagnose(&unhealthy, &snapshot, &redactor)
 }
 
@@ -122,6 +85,62 @@ fn learn_values(redactor: &mut Redactor, object: &Value) {
         .filter_map(|text| base64::engine::general_purpose::STANDARD.decode(text).ok())
         .collect();
     redactor.add_secret_data(decoded.iter().map(Vec::as_slice));
+}
+
+/// The unhealthy objects `frontier` and their relatives, [`DEPTH`] levels down, at most
+/// [`MAX_SNAPSHOT_OBJECTS`].
+async fn relatives(client: &kube::Client, kinds: &Kinds, mut frontier: Vec<Value>) -> Vec<Value> {
+    let mut objects = Vec::new();
+    let mut seen = BTreeSet::new();
+    for _ in 0..DEPTH {
+        let mut next = Vec::new();
+        for object in &frontier {
+            for query in diagnosis::related_selectors(object) {
+                next.extend(related(client, kinds, &query).await);
+            }
+        }
+        for object in std::mem::take(&mut frontier) {
+            if seen.insert(uid_or_name(&object)) && objects.len() < MAX_SNAPSHOT_OBJECTS {
+                objects.push(object);
+            }
+        }
+        frontier = next.into_iter().filter(|o| !seen.contains(&uid_or_name(o))).collect();
+        if frontier.is_empty() {
+            break;
+        }
+    }
+    objects.extend(frontier.into_iter().take(MAX_SNAPSHOT_OBJECTS));
+    objects
+}
+
+/// Whether what the snapshot's Pods reference exists (found objects join it, Secrets without
+/// their values), and every referenced Secret's values taught to `redactor`.
+async fn check_references(
+    client: &kube::Client,
+    kinds: &Kinds,
+    snapshot: &mut Snapshot,
+    redactor: &mut Redactor,
+) {
+    let to_check = diagnosis::references_to_check(snapshot);
+    let unchecked_secrets: Vec<_> =
+        diagnosis::secrets_referenced(snapshot).difference(&to_check).cloned().collect();
+    for wanted in to_check {
+        match get(client, kinds, &wanted).await {
+            Some(Some(found)) => {
+                learn_values(redactor, &found);
+                snapshot.objects.push(without_secret_values(found));
+            }
+            Some(None) => {
+                snapshot.absent.insert(wanted);
+            }
+            None => {}
+        }
+    }
+    for wanted in unchecked_secrets {
+        if let Some(Some(found)) = get(client, kinds, &wanted).await {
+            learn_values(redactor, &found);
+        }
+    }
 }
 
 fn reference(object: &Value) -> ResourceRef {
