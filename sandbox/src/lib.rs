@@ -19,6 +19,7 @@ mod faults;
 mod fields;
 mod gc;
 mod identity;
+mod jsonpath;
 mod labelindex;
 mod matchcond;
 mod metavalid;
