@@ -17,7 +17,6 @@
 
 use crate::resources::ResourceInfo;
 use crate::status::{ApiError, ApiResult};
-use kube::core::cel::CompiledSchema;
 use serde_json::Value;
 
 type Cause = (String, String, String);
@@ -248,22 +247,6 @@ thread_local! {
     /// The CEL environment with Kubernetes' libraries, built once per thread (building it
     /// registers every function).
     static CEL: kube::core::cel::Validator = kube::core::cel::Validator::new();
-}
-
-/// The `x-kubernetes-validations` rules of a CRD version's schema, compiled once when the CRD
-/// is read (as kube-apiserver compiles them when it loads the CRD), not on every write; `None`
-/// when the schema has no rule, so writes skip CEL altogether.
-pub fn compile_rules(schema: &Value) -> Option<std::sync::Arc<CompiledSchema>> {
-    fn has_rules(c: &CompiledSchema) -> bool {
-        // A rule that failed to compile (or a schema too deep) counts: it reports an error.
-        !c.validations.is_empty()
-            || c.properties.values().any(has_rules)
-            || c.items.as_deref().is_some_and(has_rules)
-            || c.additional_properties.as_deref().is_some_and(has_rules)
-            || c.all_of.iter().chain(&c.one_of).chain(&c.any_of).any(has_rules)
-    }
-    let compiled = kube::core::cel::compile_schema(schema);
-    has_rules(&compiled).then(|| std::sync::Arc::new(compiled))
 }
 
 /// The value at a CEL error's path (`spec.items[1].name`; a leading `.` as a rule's

@@ -132,7 +132,7 @@ impl Sandbox {
             admin_token: token.clone(),
             addr,
             bookmark_interval: opts.bookmark_interval,
-            services: admission::ServiceMap::default(),
+            services: webhookclient::ServiceMap::default(),
             faults: faults::Faults::default(),
             tokens: Default::default(),
         });

@@ -207,6 +207,28 @@ fn strip_for_generation(ri: &ResourceInfo, o: &Value) -> Value {
     c
 }
 
+/// The core objects kube-apiserver's built-in admission plugins read and write.
+impl crate::builtin_admission::CoreObjects for Store {
+    fn exists(&self, plural: &str, ns: &str, name: &str) -> bool {
+        self.resource("", "v1", plural).is_some_and(|ri| self.get(&ri, ns, name).is_ok())
+    }
+
+    fn list(&self, plural: &str, ns: &str) -> Vec<Arc<Value>> {
+        self.resource("", "v1", plural)
+            .map(|ri| self.list_all(&ri.store_key(), Some(ns)))
+            .unwrap_or_default()
+    }
+
+    fn write_status(&self, plural: &str, ns: &str, next: Value) {
+        let Some(ri) = self.resource("", "v1", plural) else { return };
+        let o = WriteOpts { field_manager: "kube-apiserver".into(), ..Default::default() };
+        let name = name_of(&next).to_string();
+        if let Ok(p) = self.prepare_update(&ri, ns, &name, next, "status", &o) {
+            let _ = self.commit(p, false);
+        }
+    }
+}
+
 /// The metadata a status write of `obj` leaves on the object, when its registry strategy takes
 /// any from the request; `None` keeps the stored metadata. The status strategies differ: a
 /// custom resource's keeps only `status` (apiextensions-apiserver's status strategy copies the
