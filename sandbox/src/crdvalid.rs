@@ -11,9 +11,9 @@
 //! old value is found through object properties and, in lists, by the map keys of
 //! `x-kubernetes-list-type: map` or the value itself for `set`; items of other (atomic) lists
 //! have no old counterpart once the list changed. A CEL rule's error is ratcheted when the value
-//! at its path is unchanged, except for transition rules (those that read `oldSelf`), which
-//! kube-apiserver never ratchets. Differences: the CEL error's path is the rule's `fieldPath`
-//! when it names one, where kube-apiserver compares the value the rule is declared on.
+//! the rule is declared on is unchanged (a rule's `fieldPath` only moves where the error is
+//! reported), except for transition rules (those that read `oldSelf`), which kube-apiserver
+//! never ratchets.
 
 use crate::resources::ResourceInfo;
 use crate::status::{ApiError, ApiResult};
@@ -249,33 +249,81 @@ thread_local! {
     static CEL: kube::core::cel::Validator = kube::core::cel::Validator::new();
 }
 
-/// The value at a CEL error's path (`spec.items[1].name`; a leading `.` as a rule's
-/// `fieldPath` gives it), `None` when the object has none there.
-fn at_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
-    let mut cur = obj;
-    for seg in path.trim_start_matches('.').split('.').filter(|s| !s.is_empty()) {
-        let (name, indexes) = seg.split_once('[').map_or((seg, ""), |(n, rest)| (n, rest));
-        if !name.is_empty() {
-            cur = cur.get(name)?;
-        }
-        for index in indexes.split('[').filter(|i| !i.is_empty()) {
-            cur = cur.get(index.trim_end_matches(']').parse::<usize>().ok()?)?;
-        }
-    }
-    Some(cur)
+/// One step of a CEL error's path (`spec.items[1].name`).
+enum Step<'a> {
+    Name(&'a str),
+    Index(usize),
 }
 
-/// Whether a CEL rule's error is ratcheted: the value at its path is unchanged from the old
-/// object, and the rule is not a transition rule.
-fn ratchets(e: &kube::core::cel::ValidationError, body: &Value, old: Option<&Value>) -> bool {
+/// The steps of a CEL error's path (a leading `.`, as a rule's `fieldPath` gives it, is
+/// dropped); `None` when an index is not a number.
+fn steps(path: &str) -> Option<Vec<Step<'_>>> {
+    let mut out = vec![];
+    for seg in path.trim_start_matches('.').split('.').filter(|s| !s.is_empty()) {
+        let (name, indexes) = seg.split_once('[').unwrap_or((seg, ""));
+        if !name.is_empty() {
+            out.push(Step::Name(name));
+        }
+        for index in indexes.split('[').filter(|i| !i.is_empty()) {
+            out.push(Step::Index(index.trim_end_matches(']').parse().ok()?));
+        }
+    }
+    Some(out)
+}
+
+/// The new and old values a failed CEL rule was evaluated on: the error's path is followed
+/// through the schema and both objects (old list items correlated as for the schema checks) to
+/// the deepest node that declares the rule, as a rule's `fieldPath` reports below the node it
+/// is declared on; the path's end when no node on it declares the rule.
+fn rule_values<'a>(
+    schema: &Value,
+    rule: &str,
+    path: &str,
+    new: &'a Value,
+    old: &'a Value,
+) -> Option<(&'a Value, Option<&'a Value>)> {
+    let declares = |s: &Value| {
+        s.get("x-kubernetes-validations")
+            .and_then(Value::as_array)
+            .is_some_and(|rules| rules.iter().any(|r| r["rule"] == rule))
+    };
+    let (mut s, mut n, mut o) = (schema, new, Some(old));
+    let mut found = declares(s).then_some((n, o));
+    for step in steps(path)? {
+        match step {
+            Step::Name(k) => {
+                let props = s.get("properties").and_then(|p| p.get(k));
+                s = props.or_else(|| s.get("additionalProperties")).unwrap_or(&Value::Null);
+                n = n.get(k)?;
+                o = o.and_then(|o| o.get(k));
+            }
+            Step::Index(i) => {
+                let item = n.get(i)?;
+                o = o.and_then(Value::as_array).and_then(|a| correlated(s, a, item));
+                s = s.get("items").unwrap_or(&Value::Null);
+                n = item;
+            }
+        }
+        if declares(s) {
+            found = Some((n, o));
+        }
+    }
+    Some(found.unwrap_or((n, o)))
+}
+
+/// Whether a CEL rule's error is ratcheted: the value the rule was declared on is unchanged
+/// from the old object, and the rule is not a transition rule.
+fn ratchets(
+    e: &kube::core::cel::ValidationError,
+    schema: &Value,
+    body: &Value,
+    old: Option<&Value>,
+) -> bool {
     let Some(old) = old else { return false };
     if e.rule.contains("oldSelf") {
         return false;
     }
-    match (at_path(body, &e.field_path), at_path(old, &e.field_path)) {
-        (Some(new), Some(was)) => new == was,
-        _ => false,
-    }
+    rule_values(schema, &e.rule, &e.field_path, body, old).is_some_and(|(n, o)| o == Some(n))
 }
 
 /// Default, prune and validate a custom resource; `Err` is the 422 Invalid Status.
@@ -302,7 +350,7 @@ pub fn validate(ri: &ResourceInfo, obj: &mut Value, old: Option<&Value>) -> ApiR
         });
         if let Err(cel_errs) = CEL.with(|v| v.validate_compiled(rules, &body, old_body.as_ref())) {
             for e in cel_errs.into_vec() {
-                if ratchets(&e, &body, old_body.as_ref()) {
+                if ratchets(&e, schema, &body, old_body.as_ref()) {
                     continue;
                 }
                 let at = if e.field_path.is_empty() {
@@ -346,7 +394,13 @@ mod ratcheting_tests {
             "versions": [{"name": "v1", "served": true, "storage": true,
                 "subresources": {"status": {}},
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {
+                    "spec": {"type": "object",
+                        "x-kubernetes-validations": [{
+                            "rule": "!has(self.min) || !has(self.max) || self.min <= self.max",
+                            "fieldPath": ".min", "message": "min above max"}],
+                        "properties": {
+                        "min": {"type": "integer"},
+                        "max": {"type": "integer"},
                         "name": {"type": "string", "maxLength": 5},
                         "size": {"type": "integer",
                             "x-kubernetes-validations": [{"rule": "self <= 10", "message": "at most 10"}]},
@@ -474,6 +528,18 @@ mod ratcheting_tests {
         let old = widget(json!({"count": 5}));
         assert_eq!(refused(Some(&old), &widget(json!({"count": 4}))), vec!["spec.count"]);
         assert!(refused(Some(&old), &widget(json!({"count": 5}))).is_empty());
+    }
+
+    /// A rule reported at its `fieldPath` ratchets on the value it is declared on: `min` is
+    /// unchanged but `spec` is not, so the rule is evaluated again.
+    #[test]
+    fn a_rule_with_a_field_path_ratchets_on_its_own_node() {
+        let old = widget(json!({"min": 5, "max": 3}));
+        assert_eq!(refused(Some(&old), &widget(json!({"min": 5, "max": 2}))), vec!["spec.min"]);
+        let mut status = old.clone();
+        status["status"] = json!({"phase": "Ready"});
+        assert!(refused(Some(&old), &status).is_empty());
+        assert!(refused(Some(&old), &widget(json!({"min": 1, "max": 3}))).is_empty());
     }
 
     /// A status write (the old object with a new status) with an invalid spec it does not
