@@ -16,12 +16,11 @@ use crate::resources::ResourceInfo;
 use crate::selector::label_selector_object_matches;
 use crate::status::{ApiError, ApiResult};
 use crate::store::{self, Store};
+use crate::webhookclient::ServiceMap;
 use crate::webhookconfig::SUPPORTED_REVIEW_VERSIONS;
 use base64::Engine;
 use serde_json::{Value, json};
-use std::collections::{BTreeSet, HashMap};
-use std::net::SocketAddr;
-use std::sync::RwLock;
+use std::collections::BTreeSet;
 
 /// One admission call's context.
 #[derive(Debug)]
@@ -44,22 +43,6 @@ pub struct Request<'a> {
     pub dry_run: bool,
     /// The Create/Update/Patch/DeleteOptions object.
     pub options: Value,
-}
-
-/// Where `clientConfig.service` references point on this machine ("ns/name" -> address).
-#[derive(Debug, Default)]
-pub struct ServiceMap(pub RwLock<HashMap<String, SocketAddr>>);
-
-impl ServiceMap {
-    /// Route `ns/name` service references to `addr`.
-    pub fn insert(&self, ns: &str, name: &str, addr: SocketAddr) {
-        self.0.write().unwrap_or_else(|e| e.into_inner()).insert(format!("{ns}/{name}"), addr);
-    }
-
-    /// The address of a mapped service.
-    pub fn get(&self, ns: &str, name: &str) -> Option<SocketAddr> {
-        self.0.read().unwrap_or_else(|e| e.into_inner()).get(&format!("{ns}/{name}")).copied()
-    }
 }
 
 fn has(list: &Value, want: &str) -> bool {

@@ -32,11 +32,11 @@ use crate::resources::ResourceInfo;
 use crate::simulator::quantity::{milli_cpu, value};
 use crate::simulator::scheduler::{Resources, pod_requests};
 use crate::status::{ApiError, ApiResult};
-use crate::store::{Store, WriteOpts};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A resource a ResourceQuota's `spec.hard` can name that the sandbox tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,11 +191,22 @@ fn refused_name(obj: &Value) -> &str {
         .unwrap_or_default()
 }
 
+/// The core (`v1`) objects the plugins read and the quota status they write. The store, which
+/// runs the plugins on every create, provides them, so the plugins need not know the store.
+pub trait CoreObjects {
+    /// Whether the `plural` object `ns/name` exists.
+    fn exists(&self, plural: &str, ns: &str, name: &str) -> bool;
+    /// The namespace's `plural` objects as stored.
+    fn list(&self, plural: &str, ns: &str) -> Vec<Arc<Value>>;
+    /// Write `next`'s `status` through the status subresource (best effort).
+    fn write_status(&self, plural: &str, ns: &str, next: Value);
+}
+
 /// Run the plugins on a create of `obj` in `ns` (after defaulting, before the webhooks).
 /// A Pod may be refused (403); an admitted Pod updates the namespace's quotas' `status.used`
 /// (unless `dry_run`); a new ResourceQuota gets its `status` at once.
 pub fn admit_create(
-    store: &Store,
+    objects: &dyn CoreObjects,
     ri: &ResourceInfo,
     ns: &str,
     obj: &mut Value,
@@ -205,13 +216,13 @@ pub fn admit_create(
         return Ok(());
     }
     match ri.plural.as_str() {
-        "pods" => admit_pod(store, ns, obj, dry_run),
+        "pods" => admit_pod(objects, ns, obj, dry_run),
         "resourcequotas" => {
             let hard: BTreeMap<String, Quantity> = obj
                 .pointer("/spec/hard")
                 .and_then(|h| serde_json::from_value(h.clone()).ok())
                 .unwrap_or_default();
-            obj["status"] = quota_status(&hard, &usage_of(&live_pods(store, ns)));
+            obj["status"] = quota_status(&hard, &usage_of(&live_pods(objects, ns)));
             Ok(())
         }
         _ => Ok(()),
@@ -219,43 +230,42 @@ pub fn admit_create(
 }
 
 /// The namespace's Pods, decoded.
-fn live_pods(store: &Store, ns: &str) -> Vec<Pod> {
-    let Some(ri) = store.resource("", "v1", "pods") else { return vec![] };
-    store
-        .list_all(&ri.store_key(), Some(ns))
+fn live_pods(objects: &dyn CoreObjects, ns: &str) -> Vec<Pod> {
+    objects
+        .list("pods", ns)
         .iter()
         .filter_map(|p| serde_json::from_value((**p).clone()).ok())
         .collect()
 }
 
-fn admit_pod(store: &Store, ns: &str, obj: &Value, dry_run: bool) -> ApiResult<()> {
+fn name_of(o: &Value) -> &str {
+    o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default()
+}
+
+fn admit_pod(objects: &dyn CoreObjects, ns: &str, obj: &Value, dry_run: bool) -> ApiResult<()> {
     let name = refused_name(obj).to_string();
     let sa = service_account_of(obj);
-    let sa_ri = store
-        .resource("", "v1", "serviceaccounts")
-        .ok_or_else(|| ApiError::internal("serviceaccounts resource"))?;
-    if store.get(&sa_ri, ns, &sa).is_err() {
+    if !objects.exists("serviceaccounts", ns, &sa) {
         return Err(ApiError::forbidden("", "pods", &name, &missing_service_account(ns, &sa)));
     }
-    let Some(rq_ri) = store.resource("", "v1", "resourcequotas") else { return Ok(()) };
-    let quotas = store.list_all(&rq_ri.store_key(), Some(ns));
+    let quotas = objects.list("resourcequotas", ns);
     if quotas.is_empty() {
         return Ok(());
     }
     let pod: Pod = serde_json::from_value(obj.clone())
         .map_err(|e| ApiError::bad_request(format!("decoding the Pod: {e}")))?;
     let requested = pod_requests(&pod);
-    let used = usage_of(&live_pods(store, ns));
+    let used = usage_of(&live_pods(objects, ns));
     for q in &quotas {
         let hard = hard_of(q);
-        check_quota(crate::store::name_of(q), &hard, &used, &requested)
+        check_quota(name_of(q), &hard, &used, &requested)
             .map_err(|why| ApiError::forbidden("", "pods", &name, &why))?;
     }
     if !dry_run {
         let mut after = used;
         after.add(&requested);
         for q in &quotas {
-            write_quota_status(store, &rq_ri, ns, q, &after);
+            write_quota_status(objects, ns, q, &after);
         }
     }
     Ok(())
@@ -269,18 +279,14 @@ fn hard_of(quota: &Value) -> BTreeMap<String, Quantity> {
 }
 
 /// Write `status` for the usage `used` (best effort: the quota controller corrects it).
-fn write_quota_status(store: &Store, ri: &ResourceInfo, ns: &str, quota: &Value, used: &Resources) {
+fn write_quota_status(objects: &dyn CoreObjects, ns: &str, quota: &Value, used: &Resources) {
     let status = quota_status(&hard_of(quota), used);
     if quota.get("status") == Some(&status) {
         return;
     }
     let mut next = quota.clone();
     next["status"] = status;
-    let o = WriteOpts { field_manager: "kube-apiserver".into(), ..Default::default() };
-    let name = crate::store::name_of(quota);
-    if let Ok(p) = store.prepare_update(ri, ns, name, next, "status", &o) {
-        let _ = store.commit(p, false);
-    }
+    objects.write_status("resourcequotas", ns, next);
 }
 
 #[cfg(test)]

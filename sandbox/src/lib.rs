@@ -19,6 +19,7 @@ mod faults;
 mod fields;
 mod gc;
 mod identity;
+mod jsonpath;
 mod labelindex;
 mod matchcond;
 mod metavalid;
@@ -131,7 +132,7 @@ impl Sandbox {
             admin_token: token.clone(),
             addr,
             bookmark_interval: opts.bookmark_interval,
-            services: admission::ServiceMap::default(),
+            services: webhookclient::ServiceMap::default(),
             faults: faults::Faults::default(),
             tokens: Default::default(),
         });

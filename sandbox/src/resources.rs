@@ -1,5 +1,6 @@
 //! The resource registry: built-in kinds the sandbox serves and the CRDs created at run time.
 
+use kube::core::cel::CompiledSchema;
 use serde_json::{Value, json};
 
 /// One served resource (a group/version/plural) and what discovery says about it.
@@ -260,7 +261,7 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
                 .cloned()
                 .unwrap_or_default(),
             schema: ver.pointer("/schema/openAPIV3Schema").cloned().map(std::sync::Arc::new),
-            cel: ver.pointer("/schema/openAPIV3Schema").and_then(crate::crdvalid::compile_rules),
+            cel: ver.pointer("/schema/openAPIV3Schema").and_then(compile_rules),
             selectable_fields: ver["selectableFields"]
                 .as_array()
                 .into_iter()
@@ -272,4 +273,20 @@ pub fn from_crd(crd: &Value) -> Vec<ResourceInfo> {
         });
     }
     out
+}
+
+/// The `x-kubernetes-validations` rules of a CRD version's schema, compiled once when the CRD
+/// is read (as kube-apiserver compiles them when it loads the CRD), not on every write; `None`
+/// when the schema has no rule, so writes skip CEL altogether.
+fn compile_rules(schema: &Value) -> Option<std::sync::Arc<CompiledSchema>> {
+    fn has_rules(c: &CompiledSchema) -> bool {
+        // A rule that failed to compile (or a schema too deep) counts: it reports an error.
+        !c.validations.is_empty()
+            || c.properties.values().any(has_rules)
+            || c.items.as_deref().is_some_and(has_rules)
+            || c.additional_properties.as_deref().is_some_and(has_rules)
+            || c.all_of.iter().chain(&c.one_of).chain(&c.any_of).any(has_rules)
+    }
+    let compiled = kube::core::cel::compile_schema(schema);
+    has_rules(&compiled).then(|| std::sync::Arc::new(compiled))
 }

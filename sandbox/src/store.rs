@@ -207,6 +207,51 @@ fn strip_for_generation(ri: &ResourceInfo, o: &Value) -> Value {
     c
 }
 
+/// The core objects kube-apiserver's built-in admission plugins read and write.
+impl crate::builtin_admission::CoreObjects for Store {
+    fn exists(&self, plural: &str, ns: &str, name: &str) -> bool {
+        self.resource("", "v1", plural).is_some_and(|ri| self.get(&ri, ns, name).is_ok())
+    }
+
+    fn list(&self, plural: &str, ns: &str) -> Vec<Arc<Value>> {
+        self.resource("", "v1", plural)
+            .map(|ri| self.list_all(&ri.store_key(), Some(ns)))
+            .unwrap_or_default()
+    }
+
+    fn write_status(&self, plural: &str, ns: &str, next: Value) {
+        let Some(ri) = self.resource("", "v1", plural) else { return };
+        let o = WriteOpts { field_manager: "kube-apiserver".into(), ..Default::default() };
+        let name = name_of(&next).to_string();
+        if let Ok(p) = self.prepare_update(&ri, ns, &name, next, "status", &o) {
+            let _ = self.commit(p, false);
+        }
+    }
+}
+
+/// The metadata a status write of `obj` leaves on the object, when its registry strategy takes
+/// any from the request; `None` keeps the stored metadata. The status strategies differ: a
+/// custom resource's keeps only `status` (apiextensions-apiserver's status strategy copies the
+/// old object), while a Deployment's resets only `spec` and `metadata.labels`
+/// (`deploymentStatusStrategy.PrepareForUpdate`), which is how the deployment controller writes
+/// the `deployment.kubernetes.io/revision` annotation with `UpdateStatus`. The fields no write
+/// may change (name, uid, generation, resourceVersion, ...) were restored before.
+fn status_write_metadata(ri: &ResourceInfo, old: &Value, obj: &Value) -> Option<Value> {
+    if ri.custom || ri.group != "apps" || ri.plural != "deployments" {
+        return None;
+    }
+    let mut metadata = obj.get("metadata").filter(|m| m.is_object())?.clone();
+    match old.pointer("/metadata/labels") {
+        Some(labels) => metadata["labels"] = labels.clone(),
+        None => {
+            if let Some(m) = metadata.as_object_mut() {
+                m.remove("labels");
+            }
+        }
+    }
+    Some(metadata)
+}
+
 fn strip_times(o: &Value) -> Value {
     let mut c = o.clone();
     if let Some(mf) = c.pointer_mut("/metadata/managedFields").and_then(Value::as_array_mut) {
@@ -684,7 +729,7 @@ impl Store {
         let ri = p.ri.clone();
         match p.old.clone() {
             None => self.complete_create(&ri, p),
-            Some(old) => complete_update(&ri, &old, &mut p.obj),
+            Some(old) => complete_update(&ri, &old, &mut p.obj, &p.subresource),
         }
     }
 
@@ -872,8 +917,12 @@ impl Store {
         }
         if ri.status {
             if sub == "status" {
-                // The status endpoint changes only status (api-conventions: spec and status).
+                // The status endpoint changes only status (api-conventions: spec and status),
+                // and the metadata its strategy lets through (see `status_write_metadata`).
                 let mut keep = (*old).clone();
+                if let Some(metadata) = status_write_metadata(ri, &old, &obj) {
+                    keep["metadata"] = metadata;
+                }
                 keep["status"] = obj.get("status").cloned().unwrap_or(Value::Null);
                 if keep["status"].is_null()
                     && let Some(m) = keep.as_object_mut()
@@ -1896,9 +1945,14 @@ fn missing_tested_as_null(doc: &Value, op: &json_patch::PatchOperation) -> bool 
 }
 
 /// After mutating admission, an update: validated, and its generation bumped on a spec change.
-fn complete_update(ri: &ResourceInfo, old: &Value, obj: &mut Value) -> ApiResult<()> {
+/// A status write never bumps it (the status strategies' PrepareForUpdate leave it alone), even
+/// when it changes metadata the main endpoint would count (a Deployment's annotations).
+fn complete_update(ri: &ResourceInfo, old: &Value, obj: &mut Value, sub: &str) -> ApiResult<()> {
     validate_written(ri, obj, Some(old))?;
-    if ri.generation && strip_for_generation(ri, old) != strip_for_generation(ri, obj) {
+    if ri.generation
+        && sub != "status"
+        && strip_for_generation(ri, old) != strip_for_generation(ri, obj)
+    {
         let g = old.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0) + 1;
         obj["metadata"]["generation"] = json!(g);
     }
@@ -2166,5 +2220,153 @@ mod label_index_tests {
         );
         let deadline = Duration::from_secs(2);
         assert!(elapsed < deadline, "{LISTS} labelled lists took {elapsed:?}, over {deadline:?}");
+    }
+}
+
+#[cfg(test)]
+mod generation_tests {
+    //! When `metadata.generation` moves, as kube-apiserver's registry strategies decide it.
+    use super::*;
+
+    fn opts() -> WriteOpts {
+        WriteOpts { field_manager: "t".into(), ..Default::default() }
+    }
+
+    fn update(store: &Store, ri: &ResourceInfo, obj: Value, sub: &str) -> Value {
+        let name = name_of(&obj).to_string();
+        let p = store.prepare_update(ri, "default", &name, obj, sub, &opts()).expect("update");
+        store.commit(p, false).expect("commit")
+    }
+
+    fn generation(o: &Value) -> i64 {
+        o.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or_default()
+    }
+
+    fn deployment() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+    }
+
+    const REVISION: &str = "deployment.kubernetes.io/revision";
+
+    /// The deployment controller's `UpdateStatus` with the revision annotation: annotation and
+    /// status stored, labels and spec from the request ignored, generation unchanged.
+    #[test]
+    fn deployment_status_write_keeps_annotations_without_a_new_generation() {
+        let store = Store::new(100);
+        let ri = store.resource("apps", "v1", "deployments").expect("deployments");
+        let made = store.create(&ri, "default", deployment(), "t").expect("create");
+        assert_eq!(generation(&made), 1);
+        let mut next = made.clone();
+        next["metadata"]["annotations"] = json!({REVISION: "1"});
+        next["metadata"]["labels"] = json!({"app": "other"});
+        next["spec"]["replicas"] = json!(7);
+        next["status"] = json!({"observedGeneration": 1, "replicas": 1});
+        let written = update(&store, &ri, next, "status");
+        assert_eq!(written["metadata"]["annotations"][REVISION], "1");
+        assert_eq!(written["metadata"]["labels"], json!({"app": "web"}));
+        assert_eq!(written["spec"]["replicas"], made["spec"]["replicas"]);
+        assert_eq!(written["status"]["replicas"], 1);
+        assert_eq!(generation(&written), 1);
+    }
+
+    /// Through the main endpoint a Deployment's annotations count like its spec (they are copied
+    /// to its ReplicaSets): a new generation; its status is not written there.
+    #[test]
+    fn deployment_annotation_update_bumps_generation_and_ignores_status() {
+        let store = Store::new(100);
+        let ri = store.resource("apps", "v1", "deployments").expect("deployments");
+        let made = store.create(&ri, "default", deployment(), "t").expect("create");
+        let mut next = made.clone();
+        next["metadata"]["annotations"] = json!({"team": "a"});
+        next["status"] = json!({"replicas": 3});
+        let written = update(&store, &ri, next, "");
+        assert_eq!(generation(&written), 2);
+        assert_eq!(written.get("status"), made.get("status"));
+        // Labels are not copied that way: no new generation.
+        let mut next = written.clone();
+        next["metadata"]["labels"]["tier"] = json!("front");
+        assert_eq!(generation(&update(&store, &ri, next, "")), 2);
+    }
+
+    /// Other built-ins with a status subresource: spec changes only.
+    #[test]
+    fn replicaset_metadata_update_keeps_generation_spec_update_bumps_it() {
+        let store = Store::new(100);
+        let ri = store.resource("apps", "v1", "replicasets").expect("replicasets");
+        let mut rs = deployment();
+        rs["kind"] = json!("ReplicaSet");
+        let made = store.create(&ri, "default", rs, "t").expect("create");
+        let mut next = made.clone();
+        next["metadata"]["annotations"] = json!({REVISION: "1"});
+        let written = update(&store, &ri, next, "");
+        assert_eq!(generation(&written), 1);
+        let mut next = written.clone();
+        next["spec"]["replicas"] = json!(4);
+        assert_eq!(generation(&update(&store, &ri, next, "")), 2);
+    }
+
+    fn crd(status_subresource: bool) -> Value {
+        let mut version = json!({"name": "v1", "served": true, "storage": true,
+            "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                "status": {"type": "object", "properties": {"phase": {"type": "string"}}}}}}});
+        if status_subresource {
+            version["subresources"] = json!({"status": {}});
+        }
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [version]}})
+    }
+
+    fn widgets(status_subresource: bool) -> (Arc<Store>, ResourceInfo, Value) {
+        let store = Store::new(100);
+        let crds = store
+            .resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+            .expect("crds");
+        store.create(&crds, "", crd(status_subresource), "t").expect("crd");
+        let ri = store.resource("example.com", "v1", "widgets").expect("widgets served");
+        let w = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {"size": 1}});
+        let made = store.create(&ri, "default", w, "t").expect("create");
+        (store, ri, made)
+    }
+
+    /// A custom resource with the status subresource: metadata and status writes keep the
+    /// generation, a spec change bumps it; `/status` takes nothing but status.
+    #[test]
+    fn custom_resource_with_status_subresource_bumps_on_spec_only() {
+        let (store, ri, made) = widgets(true);
+        assert_eq!(generation(&made), 1);
+        let mut next = made.clone();
+        next["metadata"]["annotations"] = json!({"a": "b"});
+        let written = update(&store, &ri, next, "");
+        assert_eq!(generation(&written), 1);
+        let mut next = written.clone();
+        next["status"] = json!({"phase": "Ready"});
+        next["metadata"]["annotations"] = json!({"a": "c"});
+        next["spec"]["size"] = json!(9);
+        let written = update(&store, &ri, next, "status");
+        assert_eq!(generation(&written), 1);
+        assert_eq!(written["status"]["phase"], "Ready");
+        assert_eq!(written["metadata"]["annotations"]["a"], "b");
+        assert_eq!(written["spec"]["size"], 1);
+        let mut next = written.clone();
+        next["spec"]["size"] = json!(2);
+        assert_eq!(generation(&update(&store, &ri, next, "")), 2);
+    }
+
+    /// Without the status subresource, status is part of the main resource and counts.
+    #[test]
+    fn custom_resource_without_status_subresource_bumps_on_status_too() {
+        let (store, ri, made) = widgets(false);
+        let mut next = made.clone();
+        next["status"] = json!({"phase": "Ready"});
+        assert_eq!(generation(&update(&store, &ri, next, "")), 2);
     }
 }

@@ -73,20 +73,26 @@ fn count(v: &Value) -> i64 {
     }
 }
 
-fn jsonpath(o: &Value, p: &str) -> Value {
-    // The simple `.a.b` paths CRDs use; `[n]` indexes arrays.
-    let mut cur = o.clone();
-    for seg in p.trim_start_matches('.').split('.').filter(|s| !s.is_empty()) {
-        let (name, idx) = match seg.split_once('[') {
-            Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
-            None => (seg, None),
-        };
-        cur = cur.get(name).cloned().unwrap_or(Value::Null);
-        if let Some(i) = idx {
-            cur = cur.get(i).cloned().unwrap_or(Value::Null);
+/// A CRD printer column's cell, as kube-apiserver's table convertor makes it: the first value
+/// its JSONPath selects, converted to the column's type; `null` (kubectl's `<none>`) when the
+/// path selects nothing or the value does not fit the type. A `string` column prints any
+/// value (objects and lists as JSON); a `date` column shows the age.
+fn printer_cell(o: &Value, column: &Value) -> Value {
+    let path = column["jsonPath"].as_str().unwrap_or_default();
+    let Some(v) = crate::jsonpath::first(o, path) else { return Value::Null };
+    match (column["type"].as_str().unwrap_or("string"), &v) {
+        (_, Value::Null) => Value::Null,
+        ("date", Value::String(ts)) => json!(age(Some(ts))),
+        ("integer", Value::Number(n)) => {
+            n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)).map_or(Value::Null, |i| json!(i))
         }
+        ("number", Value::Number(n)) => n.as_f64().map_or(Value::Null, |f| json!(f)),
+        ("boolean", Value::Bool(_)) => v,
+        ("string", Value::String(_)) => v,
+        ("string", Value::Number(_) | Value::Bool(_)) => json!(v.to_string()),
+        ("string", Value::Object(_) | Value::Array(_)) => json!(v.to_string()),
+        _ => Value::Null,
     }
-    cur
 }
 
 fn s<'a>(o: &'a Value, p: &str) -> &'a str {
@@ -189,13 +195,7 @@ fn cells(ri: &ResourceInfo, o: &Value) -> Vec<Value> {
                 json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}),
             );
         }
-        return pcs
-            .iter()
-            .map(|c| {
-                let v = jsonpath(o, c["jsonPath"].as_str().unwrap_or_default());
-                if c["type"] == "date" { json!(age(v.as_str())) } else { v }
-            })
-            .collect();
+        return pcs.iter().map(|c| printer_cell(o, c)).collect();
     }
     match (ri.group.as_str(), ri.plural.as_str()) {
         ("apiextensions.k8s.io", "customresourcedefinitions")
@@ -468,4 +468,31 @@ pub fn table(
         t["columnDefinitions"] = Value::Null;
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Printer-column cells: the first value the JSONPath selects, in the column's type.
+    #[test]
+    fn printer_cells_follow_the_column_type() {
+        let o = json!({"spec": {"replicas": 3.0, "ratio": 2, "on": true, "labels": {"a": "b"}},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let column = |ty: &str, path: &str| json!({"type": ty, "jsonPath": path});
+        let cases = [
+            (column("string", r#".status.conditions[?(@.type=="Ready")].status"#), json!("True")),
+            (column("string", ".status.conditions[?(@.type=='Stalled')].status"), Value::Null),
+            (column("integer", ".spec.replicas"), json!(3)),
+            (column("number", ".spec.ratio"), json!(2.0)),
+            (column("boolean", ".spec.on"), json!(true)),
+            (column("string", ".spec.on"), json!("true")),
+            (column("string", ".spec.labels"), json!(r#"{"a":"b"}"#)),
+            (column("integer", ".spec.labels"), Value::Null),
+            (column("string", ".spec.missing"), Value::Null),
+        ];
+        for (c, want) in cases {
+            assert_eq!(printer_cell(&o, &c), want, "{c}");
+        }
+    }
 }

@@ -8,7 +8,6 @@
 //! verifier wraps it: when the presented leaf equals a bundle certificate, its validity period
 //! and name are still checked and the handshake signature is verified against its key.
 
-use crate::admission::ServiceMap;
 use base64::Engine;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -16,9 +15,26 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use serde_json::Value;
-use std::net::IpAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+
+/// Where `clientConfig.service` references point on this machine ("ns/name" -> address).
+#[derive(Debug, Default)]
+pub struct ServiceMap(pub RwLock<HashMap<String, SocketAddr>>);
+
+impl ServiceMap {
+    /// Route `ns/name` service references to `addr`.
+    pub fn insert(&self, ns: &str, name: &str, addr: SocketAddr) {
+        self.0.write().unwrap_or_else(|e| e.into_inner()).insert(format!("{ns}/{name}"), addr);
+    }
+
+    /// The address of a mapped service.
+    pub fn get(&self, ns: &str, name: &str) -> Option<SocketAddr> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).get(&format!("{ns}/{name}")).copied()
+    }
+}
 
 /// Trust in a webhook's `caBundle`: chains to it, or a leaf that is one of its certificates.
 #[derive(Debug)]

@@ -118,3 +118,81 @@ async fn structural_schema_and_cel_rules() {
     assert!(err(&o).contains("size may not shrink"), "{}", err(&o));
     assert!(err(&o).starts_with("The Gadget \"g1\" is invalid:"), "{}", err(&o));
 }
+
+/// A CRD for ratcheting: `name` has no limit until the schema tightens it.
+fn ratchet_crd(max_name: Option<u32>) -> String {
+    let limit = max_name.map(|m| format!(", maxLength: {m}")).unwrap_or_default();
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: sprockets.example.com
+spec:
+  group: example.com
+  names: {{kind: Sprocket, plural: sprockets, singular: sprocket}}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {{status: {{}}}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {{type: integer}}
+              name: {{type: string{limit}}}
+          status:
+            type: object
+            properties:
+              phase: {{type: string}}
+"#
+    )
+}
+
+/// kube-apiserver >= 1.30 ratchets: after the schema tightens, writes that leave an invalid
+/// value as it was (a spec update beside it, a status write) pass; changing it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tightened_schema_ratchets_unchanged_values() {
+    let sb = common::sandbox().await;
+    kubectl_stdin_ok(&sb, &["apply", "-f", "-"], &ratchet_crd(None)).await;
+    kubectl_ok(
+        &sb,
+        &["wait", "--for=condition=Established", "crd/sprockets.example.com", "--timeout=20s"],
+    )
+    .await;
+    let doc = "apiVersion: example.com/v1\nkind: Sprocket\nmetadata: {name: s1}\nspec: {size: 1, name: toolongname}\n";
+    kubectl_stdin_ok(&sb, &["apply", "-f", "-"], doc).await;
+    kubectl_stdin_ok(&sb, &["apply", "-f", "-"], &ratchet_crd(Some(5))).await;
+
+    let patch = |body: &'static str, status: bool| {
+        let sb = &sb;
+        async move {
+            let mut args = vec!["patch", "sprocket", "s1", "--type=merge", "-p", body];
+            if status {
+                args.push("--subresource=status");
+            }
+            kubectl_in(sb, &args, None).await
+        }
+    };
+    let o = patch(r#"{"spec":{"size":2}}"#, false).await;
+    assert!(o.status.success(), "an update beside the unchanged name: {}", stderr(&o));
+    let o = patch(r#"{"status":{"phase":"Ready"}}"#, true).await;
+    assert!(o.status.success(), "a status write: {}", stderr(&o));
+    let o = patch(r#"{"spec":{"name":"stilltoolong"}}"#, false).await;
+    assert!(
+        stderr(&o).contains("spec.name: Too long: may not be more than 5 bytes"),
+        "a changed invalid name is refused: {}",
+        stderr(&o)
+    );
+    let v: Value =
+        serde_json::from_str(&kubectl_ok(&sb, &["get", "sprocket", "s1", "-o", "json"]).await)
+            .expect("json");
+    assert_eq!(
+        (&v["spec"]["size"], &v["spec"]["name"], &v["status"]["phase"]),
+        (&Value::from(2), &Value::from("toolongname"), &Value::from("Ready"))
+    );
+}

@@ -129,7 +129,21 @@ async fn kubectl_deployment_becomes_available_with_replicasets_pods_and_endpoint
     })
     .await;
     let st = d.status.clone().expect("status");
-    assert_eq!(st.observed_generation, d.metadata.generation);
+    // The revision annotation is written through /status, as the deployment controller does:
+    // the generation the create gave stays, and the status has observed it.
+    assert_eq!(d.metadata.generation, Some(1));
+    assert_eq!(st.observed_generation, Some(1));
+    let shown = common::kubectl_ok(
+        &sb,
+        &[
+            "get",
+            "deployment/web",
+            "-o",
+            "jsonpath={.metadata.generation}/{.status.observedGeneration}",
+        ],
+    )
+    .await;
+    assert_eq!(shown, "1/1");
     assert_eq!(
         (st.replicas, st.updated_replicas, st.ready_replicas, st.available_replicas),
         (Some(2), Some(2), Some(2), Some(2))
@@ -285,6 +299,8 @@ async fn kubectl_deployment_becomes_available_with_replicasets_pods_and_endpoint
             .map(String::as_str),
         Some("2")
     );
+    // Two spec changes (scale, image), and no generation for either revision annotation.
+    assert_eq!(d.metadata.generation, Some(3));
     let list = rss.list(&ListParams::default()).await.expect("rs list").items;
     assert_eq!(list.len(), 2);
     let old = list

@@ -26,7 +26,7 @@ pub struct App {
     pub admin_token: String,
     pub addr: std::net::SocketAddr,
     pub bookmark_interval: Duration,
-    pub services: crate::admission::ServiceMap,
+    pub services: crate::webhookclient::ServiceMap,
     pub faults: crate::faults::Faults,
     /// Bearer tokens of further identities (see `Sandbox::user_kubeconfig`).
     pub tokens: std::sync::RwLock<HashMap<String, UserInfo>>,

@@ -282,11 +282,6 @@ enum Write {
         replicas: i32,
         annotations: BTreeMap<String, String>,
     },
-    DeploymentRevision {
-        ns: String,
-        name: String,
-        revision: String,
-    },
     DeploymentStatus(Box<Deployment>),
     ReplicaSetStatus(Box<ReplicaSet>),
     JobStatus(Box<Job>),
@@ -357,7 +352,6 @@ impl Write {
                 meta("replicasets", &rs.metadata)
             }
             Write::ScaleReplicaSet { ns, name, .. } => format!("replicasets/{ns}/{name}"),
-            Write::DeploymentRevision { ns, name, .. } => format!("deployments/{ns}/{name}"),
             Write::DeploymentStatus(d) => meta("deployments", &d.metadata),
             Write::JobStatus(j) => meta("jobs", &j.metadata),
             Write::CreatePod { owner: o, .. }
@@ -440,7 +434,6 @@ impl Simulator {
     /// One lane's writes, in order; the checks that the caches show them.
     async fn run_lane(&self, lane: Vec<Write>, now: Timestamp) -> Vec<Barrier> {
         let mut barrier = vec![];
-        let mut written = None;
         // A Pod create failed: like the controllers' slow start, the owner's remaining creates
         // (all in this lane) wait for the next pass.
         let mut refused = false;
@@ -449,7 +442,7 @@ impl Simulator {
             if create && refused {
                 continue;
             }
-            if let Err(e) = self.write(w, now, &mut barrier, &mut written).await {
+            if let Err(e) = self.write(w, now, &mut barrier).await {
                 refused |= create;
                 tracing::debug!("simulator write: {e}");
             }
@@ -457,14 +450,12 @@ impl Simulator {
         barrier
     }
 
-    /// Perform one write; `written` carries the version (resourceVersion, generation) an earlier
-    /// write of the lane gave its object, for a status write of the same object that follows.
+    /// Perform one write.
     async fn write(
         &self,
         w: Write,
         now: Timestamp,
         barrier: &mut Vec<Barrier>,
-        written: &mut Option<(Option<String>, Option<i64>)>,
     ) -> kube::Result<()> {
         let pp = |m: &str| PostParams { field_manager: Some(m.to_string()), ..Default::default() };
         let pm = |m: &str| PatchParams { field_manager: Some(m.to_string()), ..Default::default() };
@@ -482,30 +473,7 @@ impl Simulator {
                     api.patch(&name, &pm("kube-controller-manager"), &Patch::Merge(patch)).await?;
                 barrier.push(seen(&self.caches.replicasets, &made));
             }
-            Write::DeploymentRevision { ns, name, revision } => {
-                let api: Api<Deployment> = Api::namespaced(c, &ns);
-                let patch = json!({"metadata": {"annotations": {workloads::REVISION: revision}}});
-                let made =
-                    api.patch(&name, &pm("kube-controller-manager"), &Patch::Merge(patch)).await?;
-                *written = Some((made.metadata.resource_version.clone(), made.metadata.generation));
-                barrier.push(seen(&self.caches.deployments, &made));
-            }
-            Write::DeploymentStatus(mut d) => {
-                // After the revision annotation, which bumps a Deployment's generation: the
-                // status of the object the update returned, as the deployment controller writes
-                // it, when nothing else changed the generation meanwhile (else the stale version
-                // fails with 409 and the next pass looks again).
-                if let Some((rv, generation)) = written.take()
-                    && generation == d.metadata.generation.map(|g| g + 1)
-                {
-                    d.metadata.resource_version = rv;
-                    if let Some(status) = d.status.as_mut()
-                        && status.observed_generation == d.metadata.generation
-                    {
-                        status.observed_generation = generation;
-                    }
-                    d.metadata.generation = generation;
-                }
+            Write::DeploymentStatus(d) => {
                 let api: Api<Deployment> = Api::namespaced(c, &d.namespace().unwrap_or_default());
                 let made =
                     api.replace_status(&d.name_any(), &pp("kube-controller-manager"), &d).await?;

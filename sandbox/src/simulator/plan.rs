@@ -295,15 +295,16 @@ fn plan_deployments(c: &Caches, rss: &[Arc<ReplicaSet>], now: Timestamp, out: &m
         for (rs, replicas, annotations) in plan.scale {
             out.push(Write::ScaleReplicaSet { ns: ns.clone(), name: rs, replicas, annotations });
         }
-        if d.annotations().get(workloads::REVISION) != Some(&plan.revision) {
-            out.push(Write::DeploymentRevision {
-                ns: ns.clone(),
-                name: d.name_any(),
-                revision: plan.revision.clone(),
-            });
-        }
-        if !same(&d.status, &Some(plan.status.clone())) {
+        // The revision annotation goes with the status, through `/status`, as the deployment
+        // controller writes it (`UpdateStatus`): a status write does not bump the generation,
+        // where the same annotation through the main endpoint would.
+        let new_revision = d.annotations().get(workloads::REVISION) != Some(&plan.revision);
+        if new_revision || !same(&d.status, &Some(plan.status.clone())) {
             let mut nd: Deployment = (**d).clone();
+            nd.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(workloads::REVISION.to_string(), plan.revision);
             nd.status = Some(plan.status);
             out.push(Write::DeploymentStatus(Box::new(nd)));
         }

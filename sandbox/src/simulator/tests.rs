@@ -642,11 +642,7 @@ fn writes_to_one_object_or_of_one_owner_share_a_lane() {
             EventSpec::new(owner("d1"), EventType::Normal, reason, "m", "deployment-controller");
         Write::Event(Box::new(e))
     };
-    let revision =
-        Write::DeploymentRevision { ns: "ns".into(), name: "web".into(), revision: "1".into() };
     let same = [
-        // The revision annotation, then the status written for the object it returned.
-        (revision, Write::DeploymentStatus(Box::new(dep.clone()))),
         // An owner's Pod creates stop at its first refusal, so they stay in order.
         (create("a", "rs1"), create("b", "rs1")),
         (
