@@ -6,8 +6,7 @@ use kuvryn_sync_api::{Application, Diagnosis, ResourceRef};
 
 use crate::Outcome;
 use crate::cluster::Cluster;
-use crate::output::{self, OutputArgs};
-use crate::status::ready_summary;
+use crate::output::{self, OutputArgs, ready_summary};
 
 /// `ksync diagnose` arguments.
 #[derive(Debug, Clone, clap::Args)]

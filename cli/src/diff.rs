@@ -2,8 +2,10 @@
 //! source were the working copy in DIR, for pull-request checks.
 //!
 //! The steps are the controller's, through the same library functions: render DIR with the
-//! Application's render type (`render::source` for yaml and kustomize, `render::helm_chart` for a
-//! local chart with `valuesFiles` and inline `values`), learn scopes from discovery, normalise
+//! Application's render settings (`kuvryn_sync_render::application::render_application`; for a
+//! chart, the one in DIR with `valuesFiles` and inline `values`: a pulled chart and `valuesFrom`
+//! are refused, naming the field; DIR's parent folders stand for the repository when DIR ends
+//! with `spec.source.path`, see [`repository_root`]), learn scopes from discovery, normalise
 //! for the destination (`core::desired::normalise`), list the live inventory and observe each
 //! object with a server-side dry run, all as the Application's service account (impersonation,
 //! `apply::clients::ImpersonatedClients`, under the Application's field manager), then
@@ -14,10 +16,10 @@
 //! deletes something (and on a failure, as everywhere). Without it, 0 whenever the diff ran.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
-use kuvryn_sync_api::{ConflictPolicy, RenderType};
+use anyhow::{Context, Result};
+use kuvryn_sync_api::{ConflictPolicy, ValuesFrom};
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::Engine;
 use kuvryn_sync_apply::kinds::Kinds;
@@ -29,7 +31,8 @@ use kuvryn_sync_core::{field_manager, inventory};
 use crate::Outcome;
 use crate::cluster::Cluster;
 use crate::output::{self, OutputArgs, Style};
-use crate::render::{self, LocalChart};
+use crate::render::{self, LocalSource};
+use kuvryn_sync_render::application::values_from_failure;
 
 /// `ksync diff` arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -144,32 +147,75 @@ pub async fn run(cluster: &Cluster, args: &DiffArgs) -> Result<Outcome> {
     Ok(if args.exit_code && differs(&plan) { Outcome::NotMet } else { Outcome::Done })
 }
 
-/// Render DIR with the Application's render settings.
+/// Render DIR with the Application's render settings, through the controller's function.
 fn render_working_copy(
     app: &kuvryn_sync_api::Application,
-    root: &std::path::Path,
+    dir: &Path,
     args: &DiffArgs,
 ) -> Result<Vec<Rendered>> {
-    let spec = &app.spec.source.render;
-    match spec.render_type {
-        RenderType::Yaml | RenderType::Kustomize => render::source(root, spec.render_type),
-        RenderType::Helm => {
-            let helm = spec.helm.clone().unwrap_or_default();
-            if helm.chart.is_some() || !helm.values_from.is_empty() {
-                bail!(
-                    "diff renders a chart in the working copy with valuesFiles and values; \
-                     Application {} uses spec.source.render.helm.chart or valuesFrom, which \
-                     `ksync diff` does not read",
-                    args.app
-                );
-            }
-            let chart = LocalChart {
-                values_files: &helm.values_files,
-                inline_values: helm.values.as_ref(),
-                release_name: &helm.release_name,
-                namespace: &app.spec.destination.namespace,
-            };
-            render::helm_chart(root, &chart, args.helm_library.as_ref())
+    let (root, path) = repository_root(dir, &app.spec.source.path);
+    let local = LocalSource {
+        root: &root,
+        path: &path,
+        render: &app.spec.source.render,
+        destination_namespace: &app.spec.destination.namespace,
+        helm_library: args.helm_library.as_ref(),
+    };
+    render::render_local(&local, &|index: usize, source: &ValuesFrom| {
+        Err(values_from_failure(
+            index,
+            source,
+            "`ksync diff` renders the working copy with valuesFiles and inline values only and \
+             does not read valuesFrom from the cluster; compare with the Revision's plan \
+             (`ksync plan`) instead",
+        ))
+    })
+}
+
+/// The repository root and `spec.source.path` for the working copy DIR: when DIR ends with
+/// `source_path` (`~/src/repo/apps/web` for `apps/web`), the folder above is the repository, so
+/// `valuesFiles` and kustomize bases outside the path resolve as the controller resolves them;
+/// otherwise DIR stands for the path itself.
+pub fn repository_root(dir: &Path, source_path: &str) -> (PathBuf, String) {
+    let parts: Vec<&str> =
+        source_path.split('/').filter(|part| !part.is_empty() && *part != ".").collect();
+    let mut root = dir.to_path_buf();
+    for part in parts.iter().rev() {
+        let matches = root.file_name().is_some_and(|name| name == *part);
+        if *part == ".." || !matches || !root.pop() {
+            return (dir.to_path_buf(), String::new());
         }
+    }
+    (root, parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_repository_is_the_folder_above_when_dir_ends_with_the_source_path() {
+        let cases = [
+            ("/src/repo/apps/web", "apps/web", "/src/repo", "apps/web"),
+            ("/src/repo/apps/web", "./apps/web/", "/src/repo", "apps/web"),
+            ("/src/repo/apps/web", "web", "/src/repo/apps", "web"),
+            ("/src/repo", "", "/src/repo", ""),
+            ("/src/repo", ".", "/src/repo", ""),
+            ("/tmp/copy", "apps/web", "/tmp/copy", ""),
+            ("/tmp/web", "apps/web", "/tmp/web", ""),
+            ("/src/repo/apps/..", "apps/..", "/src/repo/apps/..", ""),
+        ];
+        for (dir, source_path, root, path) in cases {
+            let found = repository_root(Path::new(dir), source_path);
+            assert_eq!(found, (PathBuf::from(root), path.to_owned()), "{dir} {source_path}");
+        }
+    }
+
+    #[test]
+    fn a_plan_that_changes_nothing_does_not_differ() {
+        let mut plan = kuvryn_sync_api::PlanSummary::default();
+        assert!(!differs(&plan));
+        plan.update = 1;
+        assert!(differs(&plan));
     }
 }

@@ -148,6 +148,14 @@ pub fn short_commit(commit: Option<&str>) -> String {
     }
 }
 
+/// An Application's Ready condition as `True/Healthy`, `False/HealthFailure`, or `-` before the
+/// first status: the one summary `status`, `diagnose`, `wait` and the UI print.
+pub fn ready_summary(app: &kuvryn_sync_api::Application) -> String {
+    let conditions = app.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    condition(conditions, "Ready")
+        .map_or_else(|| "-".to_owned(), |c| format!("{}/{}", c.status, c.reason))
+}
+
 /// The condition of `type_` in `conditions`.
 pub fn condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)

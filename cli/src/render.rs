@@ -1,8 +1,8 @@
 //! `ksync render --local PATH`: render and validate a folder offline with the library functions
-//! the controller uses (`kuvryn_sync_render::source::render` for yaml and kustomize,
-//! `kuvryn_sync_render::helm` with `kuvryn_sync_core::helm_values` for helm, then
-//! `kuvryn_sync_core::desired::normalise`), and print the objects as YAML or every validation
-//! error (exit 1).
+//! the controller uses (`kuvryn_sync_render::application::render_application` for every render
+//! type, then `kuvryn_sync_core::desired::normalise`), and print the objects as YAML or every
+//! validation error (exit 1). The folder stands for the repository and `spec.source.path` is its
+//! root, so `--values` files are relative to it as `valuesFiles` are to the repository.
 //!
 //! Without a cluster there is no discovery, so scopes are a fixed rule: the well-known
 //! cluster-scoped built-in kinds ([`CLUSTER_SCOPED`]) and kinds whose CustomResourceDefinition is
@@ -12,12 +12,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use kuvryn_sync_api::RenderType;
+use kuvryn_sync_api::{HelmRender, Render, RenderType, ValuesFrom};
 use kuvryn_sync_core::desired::{self, GroupKind, Rendered, Scope, Target};
-use kuvryn_sync_core::helm_values::{ValuesInput, assemble_values};
 use kuvryn_sync_core::redact::{MASK, redact_shapes};
+use kuvryn_sync_helm::HelmRenderer;
+use kuvryn_sync_render::application::{
+    ApplicationRender, ValuesReader, render_application, values_from_failure,
+};
 use kuvryn_sync_render::kustomize::{Kustomize, KustomizeProgram};
-use kuvryn_sync_render::source::{RenderRequest, render as render_source};
 use serde_json::Value;
 
 use crate::Outcome;
@@ -113,11 +115,18 @@ pub fn run(args: &RenderArgs, namespace: Option<&str>) -> Result<Outcome> {
         Some(app) => app.clone(),
         None => root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
     };
-    let rendered = match args.render_type {
-        LocalRenderType::Yaml => source(&root, RenderType::Yaml)?,
-        LocalRenderType::Kustomize => source(&root, RenderType::Kustomize)?,
-        LocalRenderType::Helm => helm(&root, args, namespace)?,
+    let render = render_spec(args);
+    let local = LocalSource {
+        root: &root,
+        path: "",
+        render: &render,
+        destination_namespace: namespace,
+        helm_library: args.helm_library.as_ref(),
     };
+    // `ksync render` has no flag that adds valuesFrom, so the reader is never asked.
+    let rendered = render_local(&local, &|index: usize, source: &ValuesFrom| {
+        Err(values_from_failure(index, source, "`ksync render --local` reads no cluster"))
+    })?;
     let target = Target {
         application: &app,
         application_namespace: namespace,
@@ -145,66 +154,78 @@ pub fn run(args: &RenderArgs, namespace: Option<&str>) -> Result<Outcome> {
     }
 }
 
-/// Render a yaml or kustomize folder as the controller does.
-pub fn source(root: &Path, render_type: RenderType) -> Result<Vec<Rendered>> {
+/// A tree on disk to render as an Application's `spec.source` would be.
+#[derive(Debug)]
+pub struct LocalSource<'a> {
+    /// The repository root (or the folder standing in for it).
+    pub root: &'a Path,
+    /// `spec.source.path`, relative to `root`.
+    pub path: &'a str,
+    /// `spec.source.render`.
+    pub render: &'a Render,
+    /// `spec.destination.namespace` (Helm's `.Release.Namespace`).
+    pub destination_namespace: &'a str,
+    /// `--helm-library`, else $KSYNC_LIBHELM; read only for `type: helm`.
+    pub helm_library: Option<&'a PathBuf>,
+}
+
+/// Render `local` with the controller's function (`render_application`); `values_from` answers
+/// `valuesFrom` entries. Nothing is decrypted (no keys), so SOPS content is refused as the
+/// controller refuses it without `spec.decryption`.
+pub fn render_local(
+    local: &LocalSource<'_>,
+    values_from: &dyn ValuesReader,
+) -> Result<Vec<Rendered>> {
     let kustomize = Kustomize::new(KustomizeProgram::detect(None));
-    let request = RenderRequest {
-        root,
-        path: "",
-        render_type,
+    let helm = match local.render.render_type {
+        RenderType::Helm => Some(helm_engine(local.helm_library)?),
+        RenderType::Yaml | RenderType::Kustomize => None,
+    };
+    let request = ApplicationRender {
+        root: local.root,
+        path: local.path,
+        render: local.render,
+        destination_namespace: local.destination_namespace,
         keys: None,
         kustomize: &kustomize,
+        helm: helm.as_ref(),
+        pulled_chart: None,
         limits: Default::default(),
+        chart_limits: Default::default(),
     };
-    let rendered = render_source(&request)
+    let rendered = render_application(&request, values_from)
         .map_err(|f| anyhow::anyhow!("{}: {}", f.reason, redact_shapes(&f.message)))?;
     Ok(rendered.objects)
 }
 
-fn helm(root: &Path, args: &RenderArgs, namespace: &str) -> Result<Vec<Rendered>> {
-    let chart = LocalChart {
-        values_files: &args.values,
-        inline_values: None,
-        release_name: &args.release_name,
-        namespace,
-    };
-    helm_chart(root, &chart, args.helm_library.as_ref())
-}
-
-/// A local chart folder and how to render it.
-#[derive(Debug)]
-pub struct LocalChart<'a> {
-    /// Values files relative to the folder, later ones win.
-    pub values_files: &'a [String],
-    /// Inline values (`spec.source.render.helm.values`), applied over the files.
-    pub inline_values: Option<&'a Value>,
-    pub release_name: &'a str,
-    pub namespace: &'a str,
-}
-
-/// Render the chart in `root` with the Helm engine, as the controller does.
-pub fn helm_chart(
-    root: &Path,
-    chart: &LocalChart<'_>,
-    library: Option<&PathBuf>,
-) -> Result<Vec<Rendered>> {
-    use kuvryn_sync_render::helm::{ChartSource, Limits, read_values_files, render};
+/// The Helm engine: the `ksync-helm-render` helper beside this binary, loading `library`.
+fn helm_engine(library: Option<&PathBuf>) -> Result<HelmRenderer> {
     let library = library
         .cloned()
         .or_else(|| std::env::var_os(kuvryn_sync_helm::LIBHELM_ENV).map(PathBuf::from))
         .context(
-            "--type helm needs the Helm engine: pass --helm-library FILE (libhelm_c.so from the \
-             helm-python-sdk wheel) or set KSYNC_LIBHELM",
+            "rendering a Helm chart needs the Helm engine: pass --helm-library FILE \
+             (libhelm_c.so from the helm-python-sdk wheel) or set KSYNC_LIBHELM",
         )?;
     let helper = std::env::current_exe()?.with_file_name(kuvryn_sync_helm::HELPER_BINARY);
-    let renderer = kuvryn_sync_helm::HelmRenderer::new(helper, library, Default::default())
-        .map_err(|e| anyhow::anyhow!("cannot start the Helm engine: {e}"))?;
-    let limits = Limits::default();
-    let files = read_values_files(root, chart.values_files, limits)?;
-    let input = ValuesInput { files, inline: chart.inline_values.cloned(), ..Default::default() };
-    let values = assemble_values(&input)?;
-    let source = ChartSource::Directory { repository_root: root, path: "" };
-    Ok(render(&renderer, source, &values, chart.release_name, chart.namespace, limits)?)
+    HelmRenderer::new(helper, library, Default::default())
+        .map_err(|e| anyhow::anyhow!("cannot start the Helm engine: {e}"))
+}
+
+/// `--type` and the Helm flags as `spec.source.render`.
+fn render_spec(args: &RenderArgs) -> Render {
+    match args.render_type {
+        LocalRenderType::Yaml => Render { render_type: RenderType::Yaml, helm: None },
+        LocalRenderType::Kustomize => Render { render_type: RenderType::Kustomize, helm: None },
+        LocalRenderType::Helm => Render {
+            render_type: RenderType::Helm,
+            helm: Some(HelmRender {
+                release_name: args.release_name.clone(),
+                values_files: args.values.clone(),
+                ..HelmRender::default()
+            }),
+        },
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use kuvryn_sync_api::{Application, Revision};
 use crate::Outcome;
 use crate::cluster::Cluster;
 use crate::listing::{self, ListArgs, View};
-use crate::output::{self, OutputArgs, age, condition, short_commit, table};
+use crate::output::{self, OutputArgs, age, ready_summary, short_commit, table};
 use crate::revisions::{name, phase};
 
 /// How many Revisions the detail view lists.
@@ -106,13 +106,6 @@ pub fn application_table(
         })
         .collect();
     table(&header, &rows)
-}
-
-/// `True/Healthy`, `False/HealthFailure`, or `-` before the first status.
-pub fn ready_summary(app: &Application) -> String {
-    let conditions = app.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    condition(conditions, "Ready")
-        .map_or_else(|| "-".to_owned(), |c| format!("{}/{}", c.status, c.reason))
 }
 
 async fn detail(cluster: &Cluster, app_name: &str, args: &StatusArgs) -> Result<Outcome> {

@@ -3,8 +3,9 @@
 //! (ReplicaSets, Pods) found by owner references.
 //!
 //! The managed objects are found the way the controller's inventory finds them: every kind in
-//! `status.managedKinds`, listed with the Application's labels. Health is the controller's
-//! (`kuvryn_sync_core::kstatus`). Sync state per object comes from the newest Revision's plan:
+//! `status.managedKinds`, listed with the Application's labels. Health is judged by the
+//! controller's rules (`kuvryn_sync_core::health`): a hook by the hook rule, any other object by
+//! the cluster's HealthChecks for its kind, then kstatus. Sync state per object comes from the newest Revision's plan:
 //! while that Revision is not applied yet (phase before Observing), an object it creates,
 //! updates or deletes is `OutOfSync` (a create is listed though nothing is live yet, marked
 //! `Missing`), and every other object is `Synced`. The marker is `!` with the diagnosis reason for
@@ -13,11 +14,16 @@
 use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::{ApiResource, pinned_kind};
 use kuvryn_sync_api::{
-    Application, Diagnosis, PlanAction, ResourceRef, Revision, RevisionPhase, keys,
+    Application, Diagnosis, HealthCheck, HealthCheckSpec, PlanAction, ResourceRef, Revision,
+    RevisionPhase, keys,
 };
+use kuvryn_sync_core::health::{live_stage, object_health};
+use kuvryn_sync_core::health_rules::RuleSet;
+use kuvryn_sync_core::redact::redact_shapes;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -84,7 +90,43 @@ pub fn marker(diagnosis: &[Diagnosis], kind: &str, namespace: &str, name: &str) 
         .map_or_else(String::new, |d| format!("> {}", d.reason))
 }
 
-fn node_of(object: &Value, health: bool) -> Node {
+/// How `ksync tree` judges health: the controller's rules (`core::health`) with the cluster's
+/// HealthChecks, at one instant.
+pub struct Judge {
+    pub rules: RuleSet,
+    pub now: Time,
+}
+
+impl Judge {
+    /// The health of `live` as the controller judges it: the hook rule for a hook (by its
+    /// annotation), the HealthCheck rules for its kind, then kstatus.
+    pub fn health(&self, live: &Value) -> String {
+        object_health(&self.rules, live_stage(live), live, &self.now).0.to_string()
+    }
+}
+
+/// The cluster's HealthChecks compiled; when they cannot be listed (RBAC, no CRD), no rules, and
+/// a note on stderr saying health follows the status conventions only.
+async fn judge(cluster: &Cluster) -> Judge {
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let checks =
+        match Api::<HealthCheck>::all(cluster.client.clone()).list(&Default::default()).await {
+            Ok(list) => list.items,
+            Err(err) => {
+                eprintln!(
+                    "note: cannot list HealthChecks ({}); health shown by the Kubernetes status \
+                 conventions only",
+                    redact_shapes(&err.to_string())
+                );
+                Vec::new()
+            }
+        };
+    let named: Vec<(String, &HealthCheckSpec)> =
+        checks.iter().map(|c| (c.metadata.name.clone().unwrap_or_default(), &c.spec)).collect();
+    Judge { rules: RuleSet::new(named.iter().map(|(name, spec)| (name.as_str(), *spec))), now }
+}
+
+fn node_of(object: &Value, judge: &Judge) -> Node {
     let meta = &object["metadata"];
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     Node {
@@ -92,11 +134,7 @@ fn node_of(object: &Value, health: bool) -> Node {
         kind: text(&object["kind"]),
         namespace: text(&meta["namespace"]),
         name: text(&meta["name"]),
-        health: if health {
-            kuvryn_sync_core::kstatus::health(object).0.to_string()
-        } else {
-            "-".into()
-        },
+        health: judge.health(object),
         sync: "-".into(),
         marker: String::new(),
         children: Vec::new(),
@@ -149,7 +187,8 @@ pub async fn run(cluster: &Cluster, args: &TreeArgs) -> Result<Outcome> {
     let app = cluster.application(&args.app).await?;
     let revisions = cluster.revisions(&args.app).await?;
     let pending = pending_actions(revisions.first());
-    let mut nodes = managed(cluster, &app).await?;
+    let judge = judge(cluster).await;
+    let mut nodes = managed(cluster, &app, &judge).await?;
     let status = app.status.clone().unwrap_or_default();
     for node in &mut nodes {
         let key = (node.kind.clone(), node.namespace.clone(), node.name.clone());
@@ -176,7 +215,7 @@ pub async fn run(cluster: &Cluster, args: &TreeArgs) -> Result<Outcome> {
         }
     }
     nodes.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
-    let owned = owned_objects(cluster, &app.spec.destination.namespace).await;
+    let owned = owned_objects(cluster, &app.spec.destination.namespace, &judge).await;
     adopt(&mut nodes, owned);
     mark(&mut nodes, &status.diagnosis);
     match args.output.format {
@@ -203,7 +242,7 @@ fn mark(nodes: &mut [Node], diagnosis: &[Diagnosis]) {
 }
 
 /// The Application's live objects, one labelled list per managed kind.
-async fn managed(cluster: &Cluster, app: &Application) -> Result<Vec<Node>> {
+async fn managed(cluster: &Cluster, app: &Application, judge: &Judge) -> Result<Vec<Node>> {
     let status = app.status.clone().unwrap_or_default();
     let selector = format!("{}={}", keys::APPLICATION, args_name(app));
     let mut nodes = Vec::new();
@@ -232,7 +271,7 @@ async fn managed(cluster: &Cluster, app: &Application) -> Result<Vec<Node>> {
             if namespace_label.is_some_and(|ns| Some(ns) != app.metadata.namespace.as_deref()) {
                 continue; // another namespace's Application of the same name
             }
-            nodes.push(node_of(&value, true));
+            nodes.push(node_of(&value, judge));
         }
     }
     Ok(nodes)
@@ -250,7 +289,7 @@ fn complete_type(value: &mut Value, resource: &ApiResource) {
 
 /// ReplicaSets and Pods of `namespace` with the uid of their controlling owner; what the user may
 /// not list is left out.
-async fn owned_objects(cluster: &Cluster, namespace: &str) -> Vec<(String, Node)> {
+async fn owned_objects(cluster: &Cluster, namespace: &str, judge: &Judge) -> Vec<(String, Node)> {
     let kinds = [("apps", "v1", "ReplicaSet"), ("", "v1", "Pod")];
     let mut owned = Vec::new();
     for (group, version, kind) in kinds {
@@ -269,7 +308,7 @@ async fn owned_objects(cluster: &Cluster, namespace: &str) -> Vec<(String, Node)
             let Some(owner) = owner else { continue };
             let Ok(mut value) = serde_json::to_value(&object) else { continue };
             complete_type(&mut value, &resource);
-            owned.push((owner, node_of(&value, true)));
+            owned.push((owner, node_of(&value, judge)));
         }
     }
     owned
@@ -351,5 +390,34 @@ Application team-a/web
         );
         assert!(pending_actions(Some(&revision("Healthy"))).is_empty());
         assert!(pending_actions(None).is_empty());
+    }
+
+    /// The tree judges as the controller does: the cluster's HealthCheck for a kind decides
+    /// before kstatus, and a hook Job is judged by the hook rule.
+    #[test]
+    fn health_follows_health_checks_and_the_hook_rule() {
+        let spec: HealthCheckSpec = serde_json::from_value(json!({"group": "example.com",
+            "kind": "Widget",
+            "rules": [{"expression": "object.status.phase == 'Broken'", "state": "Degraded"}]}))
+        .expect("a HealthCheck");
+        let judge = Judge {
+            rules: RuleSet::new([("widgets", &spec)]),
+            now: Time("2026-01-01T00:00:00Z".parse().expect("a time")),
+        };
+        let widget = |phase: &str| {
+            json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "status": {"phase": phase}})
+        };
+        let job = |hook: &str| {
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "migrate", "annotations": {keys::HOOK: hook}},
+            "spec": {"parallelism": 1},
+            "status": {"active": 1, "startTime": "2026-01-01T00:00:00Z"}})
+        };
+        assert_eq!(judge.health(&widget("Broken")), "Degraded");
+        assert_eq!(judge.health(&widget("Fine")), "Healthy");
+        // kstatus calls a running Job Current; a hook is Healthy only once Complete.
+        assert_eq!(judge.health(&job("skip")), "Healthy");
+        assert_eq!(judge.health(&job("pre-sync")), "Progressing");
     }
 }

@@ -59,7 +59,7 @@ pub fn state_line(app: &Application) -> String {
         "sync {}, health {}, Ready {}",
         status.sync.state,
         status.health.state,
-        crate::status::ready_summary(app)
+        crate::output::ready_summary(app)
     )
 }
 

@@ -1,18 +1,16 @@
-//! The health of one managed object: the HealthCheck rules for its kind first (watched, compiled
-//! once per change of the HealthChecks, not re-listed per evaluation), then the Kubernetes status
-//! conventions (kstatus); a hook Job is Healthy only once Complete.
+//! The HealthChecks the health of managed objects is judged by: watched, and compiled once per
+//! change of the HealthChecks, not re-listed per evaluation. The judging itself (the hook rule,
+//! the HealthCheck rules for the kind, then kstatus) is `kuvryn_sync_core::health`, which the CLI
+//! uses too.
 
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kuvryn_sync_api::{HealthCheck, HealthState};
-use kuvryn_sync_core::desired::Stage;
-use kuvryn_sync_core::health_rules::{InvalidRule, RuleOutcome, RuleSet};
-use kuvryn_sync_core::{kstatus, rollout};
+use kuvryn_sync_api::HealthCheck;
+use kuvryn_sync_core::health_rules::RuleSet;
 
 /// The HealthChecks, as a watched store, and their rules compiled for the store's contents.
 #[derive(Clone)]
@@ -78,32 +76,5 @@ impl HealthRules {
     }
 }
 
-/// The health of a live object of `stage`: the HealthCheck rules for its kind, then kstatus.
-pub fn object_health(
-    rules: &RuleSet,
-    stage: Stage,
-    live: &serde_json::Value,
-    now: &Time,
-) -> (HealthState, String) {
-    if stage != Stage::Main {
-        return rollout::hook_health(live, now);
-    }
-    match rules.evaluate(live) {
-        RuleOutcome::Matched { state, message } => (state, message),
-        RuleOutcome::Failed { message } => (HealthState::Progressing, message),
-        RuleOutcome::NoMatch => kstatus::health_at(live, now),
-    }
-}
-
-/// The invalid rules of HealthChecks for the kinds of `objects` (group, kind).
-pub fn invalid_rules_for<'a>(
-    rules: &RuleSet,
-    kinds: impl IntoIterator<Item = (&'a str, &'a str)>,
-) -> Vec<InvalidRule> {
-    let mut seen = std::collections::BTreeSet::new();
-    kinds
-        .into_iter()
-        .filter(|kind| seen.insert(*kind))
-        .flat_map(|(group, kind)| rules.invalid_rules(group, kind))
-        .collect()
-}
+// The pure rules live in `core::health`, shared with the CLI; the reconcilers call them here.
+pub use kuvryn_sync_core::health::{invalid_rules_for, object_health};

@@ -1,7 +1,7 @@
 //! The render step's I/O: read what a render needs as the Application's service account (the
 //! `spec.decryption` key Secret, Helm `valuesFrom` and chart credentials), pull a chart, run the
 //! renderer on a blocking thread, and mask every value it decrypted or read from a Secret. The
-//! renders themselves are `kuvryn_sync_render::{source, helm}`.
+//! render itself is `kuvryn_sync_render::application::render_application`, the one the CLI uses.
 //!
 //! Around the engine sits the render cache (`kuvryn_sync_render::cache`): after everything the
 //! render reads as the service account has been read (so a tenant that lost access fails as
@@ -21,17 +21,18 @@ use kuvryn_sync_api::{
 };
 use kuvryn_sync_core::credential_scope;
 use kuvryn_sync_core::desired::Rendered;
-use kuvryn_sync_core::helm_values::{self, ValuesFromData, ValuesInput};
+use kuvryn_sync_core::helm_values::{self, ValuesFromData};
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_helm::HelmRenderer;
+use kuvryn_sync_render::application::{ApplicationRender, render_application};
 use kuvryn_sync_render::cache::{
     self, CachedRender, EngineIdentity, InputDigest, KeyParts, RenderCache, RenderKey, SourceShape,
     SourceTree,
 };
-use kuvryn_sync_render::helm::{self, ChartSource};
+use kuvryn_sync_render::helm;
 use kuvryn_sync_render::kustomize::Kustomize;
 use kuvryn_sync_render::sops::AgeKeys;
-use kuvryn_sync_render::source::{self, RenderFailure, RenderRequest, SourceRender};
+use kuvryn_sync_render::source::{RenderFailure, SourceRender};
 use kuvryn_sync_render::yaml::Limits;
 use kuvryn_sync_runtime::metrics::{ControllerMetrics, RenderOutcome};
 use kuvryn_sync_source::chart::{ChartCredentials, ChartPull, ChartPuller, PulledChart};
@@ -130,7 +131,9 @@ pub async fn render(
         return render_helm(app, namespace, client, root, keys, renderers, redactor).await;
     }
     let path = app.spec.source.path.clone();
-    let render_type = app.spec.source.render.render_type;
+    let render = app.spec.source.render.clone();
+    let render_type = render.render_type;
+    let destination = app.spec.destination.namespace.clone();
     let kustomize = renderers.kustomize.clone();
     let parts = key_parts(app, renderers, keys.as_ref().map(|k| k.digest), None, None);
     let cache = Arc::clone(&renderers.cache);
@@ -141,15 +144,19 @@ pub async fn render(
         if let Some(hit) = key.and_then(|key| cache.get(&key)) {
             return (key, Found::Hit(hit));
         }
-        let request = RenderRequest {
+        let request = ApplicationRender {
             root: &root,
             path: &path,
-            render_type,
+            render: &render,
+            destination_namespace: &destination,
             keys: keys.as_ref().map(|k| &k.keys),
             kustomize: &kustomize,
+            helm: None,
+            pulled_chart: None,
             limits: Limits::default(),
+            chart_limits: helm::Limits::default(),
         };
-        (key, Found::Rendered(source::render(&request)))
+        (key, Found::Rendered(render_application(&request, &Vec::new())))
     })
     .await?;
     Ok(settle(found, key, render_type, None, renderers, redactor))
@@ -251,9 +258,9 @@ fn settle(
     Ok(Output { objects: output.objects.clone(), chart_digest: output.chart_digest.clone() })
 }
 
-/// A Helm render: the release name checked, `valuesFrom` read as the service account, the chart
-/// pulled (credentials from a labelled Secret) or taken from the checkout, values files read
-/// from the (decrypted) private copy, then the Helm engine.
+/// A Helm render's I/O: the release name checked, `valuesFrom` read as the service account and
+/// the chart pulled (credentials from a labelled Secret) when it is not taken from the checkout;
+/// then the render key, and on a miss the shared render (`render_application`).
 async fn render_helm(
     app: &Application,
     namespace: &str,
@@ -283,7 +290,7 @@ async fn render_helm(
         },
     };
     let path = app.spec.source.path.clone();
-    let release = helm.release_name.clone();
+    let render = app.spec.source.render.clone();
     let destination = app.spec.destination.namespace.clone();
     let kustomize = renderers.kustomize.clone();
     let chart_digest = pulled.as_ref().map(|p| p.digest.clone());
@@ -310,77 +317,22 @@ async fn render_helm(
         if let Some(hit) = key.and_then(|key| cache.get(&key)) {
             return (key, Found::Hit(hit));
         }
-        let keys = keys.map(|k| k.keys);
-        // What the render reads from the repository: the chart directory (unless pulled) and
-        // the values files.
-        let reads: Vec<String> = pulled
-            .is_none()
-            .then(|| path.clone())
-            .into_iter()
-            .chain(helm.values_files.clone())
-            .collect();
-        let rendered = render_chart(&root, &path, &reads, keys.as_ref(), &kustomize, |workspace| {
-            let failed = |reason: FailureReason, message: String| RenderFailure { reason, message };
-            let files = helm::read_values_files(
-                workspace.root(),
-                &helm.values_files,
-                helm::Limits::default(),
-            )
-            .map_err(|e| failed(e.reason(), e.to_string()))?;
-            let input = ValuesInput { files, from, inline: helm.values.clone() };
-            let values = helm_values::assemble_values(&input)
-                .map_err(|e| failed(e.reason(), e.to_string()))?;
-            let chart = match &pulled {
-                Some(pulled) => ChartSource::Archive(&pulled.path),
-                None => ChartSource::Directory { repository_root: workspace.root(), path: &path },
-            };
-            let objects = helm::render(
-                &renderer,
-                chart,
-                &values,
-                &release,
-                &destination,
-                helm::Limits::default(),
-            )
-            .map_err(|e| failed(e.reason(), e.to_string()))?;
-            Ok((objects, values.secret_strings.clone()))
-        });
-        (key, Found::Rendered(rendered))
+        let request = ApplicationRender {
+            root: &root,
+            path: &path,
+            render: &render,
+            destination_namespace: &destination,
+            keys: keys.as_ref().map(|k| &k.keys),
+            kustomize: &kustomize,
+            helm: Some(&renderer),
+            pulled_chart: pulled.as_ref().map(|p| p.path.as_path()),
+            limits: Limits::default(),
+            chart_limits: helm::Limits::default(),
+        };
+        (key, Found::Rendered(render_application(&request, &from)))
     })
     .await?;
     Ok(settle(found, key, RenderType::Helm, chart_digest, renderers, redactor))
-}
-
-/// The Helm steps on a private copy of the checkout: `engine` assembles the values and runs the
-/// chart, returning the objects and the secret values it read; then Secret data is decrypted.
-fn render_chart(
-    root: &Path,
-    path: &str,
-    reads: &[String],
-    keys: Option<&AgeKeys>,
-    kustomize: &Kustomize,
-    engine: impl FnOnce(
-        &kuvryn_sync_render::workspace::Workspace,
-    ) -> Result<
-        (Vec<kuvryn_sync_core::desired::Rendered>, Vec<String>),
-        RenderFailure,
-    >,
-) -> Result<SourceRender, RenderFailure> {
-    let request = RenderRequest {
-        root,
-        path,
-        render_type: RenderType::Helm,
-        keys,
-        kustomize,
-        limits: Limits::default(),
-    };
-    let mut out = SourceRender::default();
-    let workspace = source::private_copy(&request, &mut out, Some(reads))?;
-    let (objects, secrets) = engine(&workspace)?;
-    out.secrets.extend(secrets);
-    out.objects = objects;
-    source::finish(&mut out, request.keys)?;
-    Ok(out)
 }
 
 /// A digest of the `valuesFrom` data read: which source, which key, and every byte.

@@ -2,11 +2,13 @@
 //! controller binary, a real git daemon, and a custom resource whose status is set with kubectl.
 //! The first true rule decides (across HealthChecks in name order); a rule that cannot answer
 //! holds the object Progressing with `HealthCheckFailed` and raises `InvalidHealthCheck`.
+//! `ksync tree` shows the health those rules give.
 
 use anyhow::{Context, Result};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::HealthCheck;
 use kuvryn_sync_tests::application::{config_map, env};
+use kuvryn_sync_tests::cli::Ksync;
 use kuvryn_sync_tests::{alive, proc_status_kib};
 use serde_json::json;
 
@@ -81,6 +83,14 @@ async fn health_check_rules_decide_a_custom_kinds_health() -> Result<()> {
     set_phase("Broken").await?;
     let message = env.wait_ready("widgets", "False", "Degraded").await?;
     assert!(message.contains("the widget is broken"), "{message}");
+    // `ksync tree` judges with the same rules: the HealthCheck says Degraded where the status
+    // conventions alone (no conditions) would call the Widget Healthy.
+    let nodes = Ksync::new(&env)?.json(&["tree", "widgets"]).await?;
+    let gear = nodes
+        .as_array()
+        .and_then(|nodes| nodes.iter().find(|n| n["kind"] == "Widget" && n["name"] == "gear"))
+        .with_context(|| format!("the Widget in the tree: {nodes}"))?;
+    assert_eq!(gear["health"], "Degraded", "{nodes}");
 
     // A HealthCheck that sorts first and cannot answer: the object is held Progressing with
     // HealthCheckFailed (it does not fall through to the valid one), and InvalidHealthCheck names

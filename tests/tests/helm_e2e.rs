@@ -18,9 +18,10 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, PostParams};
-use kuvryn_sync_api::{Application, PlanAction, Revision, keys};
+use kuvryn_sync_api::{Application, PlanAction, Revision, SyncState, keys};
 use kuvryn_sync_tests::application::{Env, apply_cluster_rbac, cluster_binding, env};
 use kuvryn_sync_tests::charts;
+use kuvryn_sync_tests::cli::Ksync;
 use kuvryn_sync_tests::cluster::ControllerProcess;
 use kuvryn_sync_tests::helm::libhelm;
 use kuvryn_sync_tests::servers::registry::{HttpsFiles, OciRegistry};
@@ -267,6 +268,8 @@ async fn a_local_chart_layers_values_applies_its_crd_first_and_keeps_secret_valu
     let seen = visible_output(&env, &["web", "leaky"]).await?;
     assert!(!seen.contains(SECRET_CANARY), "a value from a valuesFrom Secret leaked");
 
+    cli_renders_the_chart_as_the_controller_does(&env, &group, &library).await?;
+
     // An invalid release name never gets stored: the CRD schema refuses it, naming the field.
     let dir = tempfile::tempdir()?;
     let bad = dir.path().join("bad-release.yaml");
@@ -283,6 +286,97 @@ async fn a_local_chart_layers_values_applies_its_crd_first_and_keeps_secret_valu
     assert!(!ok, "an Application with releaseName Web_Release was accepted: {out}");
     assert!(out.contains("spec.source.render.helm.releaseName"), "{out}");
     assert!(env.api::<Application>().get_opt("bad-release").await?.is_none());
+    Ok(())
+}
+
+/// `ksync render --local` and `ksync diff` render the chart through the controller's render
+/// function: the same values precedence, a values file outside the chart found from the
+/// repository root, the same plan for an Application waiting for approval, and `valuesFrom`
+/// refused by `ksync diff` naming the field.
+async fn cli_renders_the_chart_as_the_controller_does(
+    env: &Env,
+    group: &str,
+    library: &Path,
+) -> Result<()> {
+    let ksync = Ksync::new(env)?;
+    let library = library.to_str().context("utf-8 library path")?;
+    let repo = tempfile::tempdir()?;
+    charts::write_files(repo.path(), &local_chart(group))?;
+    let chart = repo.path().join("apps/chart");
+    let chart = chart.to_str().context("utf-8 path")?;
+
+    let rendered = ksync
+        .ok(&[
+            "render",
+            "--local",
+            chart,
+            "--type",
+            "helm",
+            "--values",
+            "values-team.yaml",
+            "--release-name",
+            "local",
+            "--helm-library",
+            library,
+        ])
+        .await?;
+    let objects = kuvryn_sync_core::yaml::documents(&rendered)?;
+    let settings = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "local-settings")
+        .with_context(|| format!("ConfigMap local-settings rendered:\n{rendered}"))?;
+    assert_eq!(settings["data"]["chartOnly"], "chart-default", "{rendered}");
+    assert_eq!(settings["data"]["fileElsewhere"], "file-in-chart", "{rendered}");
+    assert!(objects.iter().any(|o| o["kind"] == "CustomResourceDefinition"), "{rendered}");
+    assert!(objects.iter().any(|o| o["kind"] == "Widget"), "{rendered}");
+
+    // valuesFrom is the cluster's: `ksync diff` says it does not read it.
+    let refused = ksync.run(&["diff", "web", "--path", chart, "--helm-library", library]).await?;
+    assert_ne!(refused.code, 0, "{refused:?}");
+    assert!(
+        refused.stderr.contains("spec.source.render.helm.valuesFrom[0]: ConfigMap team-values"),
+        "{refused:?}"
+    );
+
+    // An Application waiting for approval (adopting, so the CRD `web` holds can be planned):
+    // `ksync diff` on a working copy of the same commit plans what the controller planned,
+    // `config/prod.yaml` read from the repository root above `apps/chart`.
+    env.create_app(
+        "manual",
+        "apps/chart",
+        json!({"source": {"render": {"type": "helm", "helm": {
+                  "releaseName": "manual",
+                  "valuesFiles": ["apps/chart/values-team.yaml", "config/prod.yaml"],
+                  "values": {"inline": "inline"}}}},
+               "sync": {"automatic": false, "conflictPolicy": "adopt"}}),
+    )
+    .await?;
+    env.wait_app("manual", "AwaitingApproval", |app| {
+        app.status.as_ref().is_some_and(|s| s.sync.state == SyncState::AwaitingApproval)
+    })
+    .await?;
+    let planned = ksync.json(&["plan", "manual"]).await?;
+    let diffed = ksync
+        .run(&["diff", "manual", "--path", chart, "--helm-library", library, "-o", "json"])
+        .await?;
+    assert_eq!(diffed.code, 0, "{diffed:?}");
+    let diffed: Value = serde_json::from_str(&diffed.stdout)?;
+    let actions = |plan: &Value| -> Vec<(Value, Value, Value)> {
+        let changes = plan["changes"].as_array().cloned().unwrap_or_default();
+        let mut actions: Vec<_> = changes
+            .iter()
+            .map(|c| {
+                (c["resource"]["kind"].clone(), c["resource"]["name"].clone(), c["action"].clone())
+            })
+            .collect();
+        actions.sort_by_key(|a| format!("{a:?}"));
+        actions
+    };
+    for count in ["create", "update", "delete"] {
+        assert_eq!(diffed[count], planned[count], "{count}: diff {diffed} plan {planned}");
+    }
+    assert_eq!(actions(&diffed), actions(&planned), "diff {diffed} plan {planned}");
+    assert!(planned["create"].as_u64() >= Some(2), "{planned}");
     Ok(())
 }
 

@@ -26,7 +26,7 @@ use kuvryn_sync_core::health_rules;
 use serde_json::Value;
 
 use crate::metrics::Outcome;
-use crate::routes::AppState;
+use crate::state::AppState;
 
 /// The states a HealthCheck rule may report.
 const RULE_STATES: [&str; 3] = ["Healthy", "Progressing", "Degraded"];

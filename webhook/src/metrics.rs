@@ -168,7 +168,7 @@ pub async fn track(
         .copied()
         .or(reported.map(Outcome::from_hook))
         .unwrap_or_else(|| Outcome::from_status(response.status()));
-    let admission = crate::routes::is_admission_path(&endpoint);
+    let admission = crate::paths::is_admission_path(&endpoint);
     metrics.record(&endpoint, outcome, admission.then(|| started.elapsed().as_secs_f64()));
     response
 }

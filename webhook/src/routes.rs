@@ -1,4 +1,4 @@
-//! The route tables of the two HTTPS listeners. The API server calls the admission paths on the
+//! The routers of the two HTTPS listeners, from the route table in [`crate::paths`]. The API server calls the admission paths on the
 //! admission listener; Git hosts and registries call the receiver paths on the receivers'
 //! listener; `/healthz` and `/readyz` answer on both. A path is listed in [`ROUTES`] exactly
 //! when the router of its [`Listener`] serves it, and no router serves another listener's path
@@ -29,66 +29,15 @@ use tower::ServiceBuilder;
 use tower::limit::GlobalConcurrencyLimitLayer;
 
 use crate::metrics::WebhookMetrics;
+use crate::paths::{HEALTHZ, READYZ};
 use crate::{admission, hooks};
 
-/// What a route is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RouteKind {
-    /// Liveness of the HTTPS listener itself.
-    Health,
-    /// An AdmissionReview endpoint the API server calls.
-    Admission,
-    /// A push or image hook receiver.
-    Receiver,
-}
-
-/// The two HTTPS listeners.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Listener {
-    /// `--listen`: the API server's admission calls.
-    Admission,
-    /// `--receiver-listen`: Git push and registry hooks, possibly from the internet.
-    Receivers,
-}
-
-impl RouteKind {
-    /// Whether a route of this kind is served on `listener`.
-    pub fn served_on(self, listener: Listener) -> bool {
-        match self {
-            RouteKind::Health => true,
-            RouteKind::Admission => listener == Listener::Admission,
-            RouteKind::Receiver => listener == Listener::Receivers,
-        }
-    }
-}
-
-/// One served route.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Route {
-    /// The URL path.
-    pub path: &'static str,
-    /// What it is for.
-    pub kind: RouteKind,
-}
-
-/// Every route served, on the listeners [`RouteKind::served_on`] says.
-pub const ROUTES: &[Route] = &[
-    Route { path: HEALTHZ, kind: RouteKind::Health },
-    Route { path: READYZ, kind: RouteKind::Health },
-    Route { path: VALIDATE_HEALTHCHECKS, kind: RouteKind::Admission },
-    Route { path: ADMIT_APPLICATIONS, kind: RouteKind::Admission },
-    Route { path: hooks::REPOSITORY_HOOK_PATH, kind: RouteKind::Receiver },
-    Route { path: hooks::IMAGE_POLICY_HOOK_PATH, kind: RouteKind::Receiver },
-];
-
-const HEALTHZ: &str = "/healthz";
-/// Ready once the listener serves (the API client is optional: without it the webhook still
-/// validates HealthChecks and says why it cannot check an approval).
-const READYZ: &str = "/readyz";
-/// HealthCheck validation (ValidatingWebhookConfiguration).
-pub const VALIDATE_HEALTHCHECKS: &str = "/validate/healthchecks";
-/// Application approval and rollback audit (MutatingWebhookConfiguration).
-pub const ADMIT_APPLICATIONS: &str = "/admit/applications";
+// The route table and the handlers' state, where the webhook's users have always found them.
+pub use crate::paths::{
+    ADMIT_APPLICATIONS, Listener, ROUTES, Route, RouteKind, VALIDATE_HEALTHCHECKS, admission_paths,
+    is_admission_path,
+};
+pub use crate::state::AppState;
 
 /// Largest AdmissionReview accepted on the admission listener (413 above it). An Application
 /// is at most about 1.5 MiB (etcd's default request limit); an UPDATE's review carries the old
@@ -112,34 +61,6 @@ impl Default for RequestLimits {
     /// The binary's defaults: 10 s (the API server's default webhook timeout) and 512.
     fn default() -> Self {
         RequestLimits { request_timeout: Duration::from_secs(10), max_in_flight: 512 }
-    }
-}
-
-/// The admission paths served, for the chart's webhook configurations.
-pub fn admission_paths() -> impl Iterator<Item = &'static str> {
-    ROUTES.iter().filter(|route| route.kind == RouteKind::Admission).map(|route| route.path)
-}
-
-/// Whether `path` (a route pattern) is an admission path.
-pub fn is_admission_path(path: &str) -> bool {
-    admission_paths().any(|p| p == path)
-}
-
-/// What the handlers share.
-#[derive(Clone, Default)]
-pub struct AppState {
-    /// The webhook's own API client; `None` when it could not be configured (admission that
-    /// must read a Revision then says so).
-    pub client: Option<kube::Client>,
-    /// Request and latency metrics.
-    pub metrics: WebhookMetrics,
-}
-
-impl std::fmt::Debug for AppState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppState")
-            .field("has_client", &self.client.is_some())
-            .finish_non_exhaustive()
     }
 }
 

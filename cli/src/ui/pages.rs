@@ -3,7 +3,7 @@
 //!
 //! Plans, diagnoses and history use the CLI's own functions (`plan::resource`,
 //! `diagnose::tree`, `revisions::rollback_note`, `revisions::hold_summary`,
-//! `status::ready_summary`), so the page and `ksync` say the same thing.
+//! `output::ready_summary`), so the page and `ksync` say the same thing.
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -14,9 +14,9 @@ use kuvryn_sync_api::{
 
 use super::html::{badge, csrf_field, esc, facts, health_badge, seg};
 use super::tree::Node;
+use crate::output::ready_summary;
 use crate::output::{short_commit, timestamp};
 use crate::revisions::{self, name, phase, rollback_note};
-use crate::status::ready_summary;
 
 /// The list filters (query parameters `ns`, `state`, `q`).
 #[derive(Clone, Debug, Default, serde::Deserialize)]

@@ -5,6 +5,7 @@
 //!
 //! | module | decides |
 //! |---|---|
+//! | [`health`] | a live object's health: the hook rule, HealthCheck rules, then kstatus (controller and CLI) |
 //! | [`health_rules`] | whether a HealthCheck rule compiles and returns a bool, and its answer |
 //! | [`diagnosis`] | the root causes of unhealthy managed resources (`status.diagnosis`) |
 //! | [`kstatus`] | a live object's health by the Kubernetes status conventions (cli-utils kstatus) |
@@ -49,6 +50,7 @@ pub mod diagnosis;
 pub mod discovery;
 pub mod duration;
 pub mod field_manager;
+pub mod health;
 pub mod health_rules;
 pub mod helm_values;
 pub mod history;
