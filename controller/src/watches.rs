@@ -20,6 +20,8 @@ use kuvryn_sync_api::{Application, ManagedKind, keys};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::shards::Scope;
+
 /// Reconcile requests queued at most; more are dropped (the resync still covers them).
 pub const QUEUE: usize = 1024;
 
@@ -29,6 +31,8 @@ pub struct ManagedWatches {
     triggers: mpsc::Sender<ObjectRef<Application>>,
     stop: CancellationToken,
     started: Mutex<BTreeSet<(String, String)>>,
+    /// Requests for Applications outside the controller's shard are not queued.
+    scope: Scope,
 }
 
 impl std::fmt::Debug for ManagedWatches {
@@ -42,9 +46,11 @@ impl ManagedWatches {
     pub fn new(
         client: kube::Client,
         stop: CancellationToken,
+        scope: Scope,
     ) -> (Self, mpsc::Receiver<ObjectRef<Application>>) {
         let (triggers, receiver) = mpsc::channel(QUEUE);
-        (Self { client, triggers, stop, started: Mutex::new(BTreeSet::new()) }, receiver)
+        let started = Mutex::new(BTreeSet::new());
+        (Self { client, triggers, stop, started, scope }, receiver)
     }
 
     /// Start a watch for each of `kinds` not watched yet.
@@ -55,7 +61,7 @@ impl ManagedWatches {
                 tokio::spawn(watch_kind(
                     self.client.clone(),
                     kind.clone(),
-                    self.triggers.clone(),
+                    (self.triggers.clone(), self.scope.clone()),
                     self.stop.clone(),
                 ));
             }
@@ -66,7 +72,7 @@ impl ManagedWatches {
 async fn watch_kind(
     client: kube::Client,
     kind: ManagedKind,
-    triggers: mpsc::Sender<ObjectRef<Application>>,
+    (triggers, scope): (mpsc::Sender<ObjectRef<Application>>, Scope),
     stop: CancellationToken,
 ) {
     let (group, version) = match kind.api_version.rsplit_once('/') {
@@ -97,6 +103,7 @@ async fn watch_kind(
                 let labels = object.metadata.labels.unwrap_or_default();
                 if let (Some(name), Some(namespace)) =
                     (labels.get(keys::APPLICATION), labels.get(keys::APPLICATION_NAMESPACE))
+                    && scope.owns_name(namespace, name)
                 {
                     // A full queue drops the request: the resync covers it.
                     let _ = triggers.try_send(ObjectRef::new(name).within(namespace));

@@ -1,0 +1,414 @@
+//! Controller shards (docs/sharding.md): what a replica's watches see, and in automatic mode the
+//! shard Leases it holds. The decisions (which shard an object is in, which Leases to claim) are
+//! `kuvryn_sync_core::shards`; this module reads and writes the Leases and filters the watches.
+//!
+//! - [`Scope`] is what one start of the reconcilers covers: everything (unsharded), a label
+//!   selector (`--shard NAME`, `--shard-unlabelled`: the API server filters, so a shard never
+//!   receives another's objects), or a set of hashed shards (`--shards N`: each replica watches
+//!   every Application but keeps in its reconcilers' stores only those of the shards it holds,
+//!   so the others are never reconciled: `kube::runtime::Controller` skips an object its store
+//!   does not hold).
+//! - [`ShardClaims`] keeps one Lease per shard (`<controller>-shard-<i>`) and one presence Lease
+//!   per replica (`<controller>-replica-<identity>`). Every quarter of the Lease duration it
+//!   renews what it holds, counts the live replicas and claims or gives up shards so that each
+//!   holds at most ⌈N / live replicas⌉. A shard is reconciled only after its Lease is taken
+//!   (the supervisor starts the reconcilers from [`ShardClaims`]' `desired` set), and given up
+//!   only after the reconcilers have stopped (the supervisor reports its `running` set). A
+//!   replica that cannot renew a Lease of a shard it runs for three quarters of the duration
+//!   exits at once: the other replicas may take the shard only once the full duration has
+//!   passed, so the two never write at the same time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::Resource;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kuvryn_sync_api::keys;
+use kuvryn_sync_core::shards::{self as decide, LeaseView};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// What one start of the reconcilers covers.
+#[derive(Debug, Clone, Default)]
+pub enum Scope {
+    /// Every object (no sharding).
+    #[default]
+    All,
+    /// The objects matching a label selector (label mode).
+    Label(String),
+    /// The objects whose hashed shard (of `shards`) is in `held` (automatic mode).
+    Hashed { shards: u32, held: Arc<BTreeSet<u32>> },
+}
+
+impl Scope {
+    /// The watch configuration of the reconciled kinds, and of the stores of what reconciles
+    /// read that belongs to a shard (Repositories, Revisions): the selector in label mode.
+    pub fn watcher_config(&self) -> watcher::Config {
+        match self {
+            Scope::Label(selector) => watcher::Config::default().labels(selector),
+            Scope::All | Scope::Hashed { .. } => watcher::Config::default(),
+        }
+    }
+
+    /// Whether `namespace/name` is in scope; label mode is filtered by the API server already.
+    pub fn owns_name(&self, namespace: &str, name: &str) -> bool {
+        match self {
+            Scope::Hashed { shards, held } => decide::owns(held, *shards, namespace, name),
+            Scope::All | Scope::Label(_) => true,
+        }
+    }
+
+    /// Whether `object` is in scope.
+    pub fn owns<K: Resource>(&self, object: &K) -> bool {
+        let meta = object.meta();
+        self.owns_name(
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    /// A reconciled kind's watch events narrowed to the scope: an object out of scope is never
+    /// listed, and one that is updated is removed from the store.
+    pub fn narrow<K, S>(&self, events: S) -> impl Stream<Item = S::Item> + Send + use<K, S>
+    where
+        K: Resource + Send + 'static,
+        S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+    {
+        let scope = self.clone();
+        events.filter_map(move |event| {
+            let kept = match event {
+                Ok(watcher::Event::InitApply(object)) if !scope.owns(&object) => None,
+                Ok(watcher::Event::Apply(object)) if !scope.owns(&object) => {
+                    Some(Ok(watcher::Event::Delete(object)))
+                }
+                other => Some(other),
+            };
+            std::future::ready(kept)
+        })
+    }
+}
+
+/// Automatic sharding's Leases: their namespace and names, this replica's identity, the shard
+/// count and the Lease duration.
+#[derive(Clone)]
+pub struct ShardClaims {
+    pub client: kube::Client,
+    pub namespace: String,
+    /// Lease name prefix (the controller's name).
+    pub base: String,
+    pub identity: String,
+    pub shards: u32,
+    pub duration: Duration,
+}
+
+/// A shard Lease this replica holds: when its last renewal was sent, and the Lease as written.
+#[derive(Debug, Clone)]
+struct Held {
+    renewed: Instant,
+    lease: Lease,
+}
+
+/// The claim loop's state between rounds.
+#[derive(Debug, Default)]
+struct ClaimState {
+    held: BTreeMap<u32, Held>,
+    releasing: BTreeSet<u32>,
+}
+
+impl ShardClaims {
+    /// Start claiming: returns the shards the reconcilers should run (`desired`) and the sender
+    /// on which the supervisor reports the shards it runs. On `stop` every Lease is released.
+    pub fn start(
+        self,
+        stop: CancellationToken,
+    ) -> (watch::Receiver<BTreeSet<u32>>, watch::Sender<BTreeSet<u32>>, tokio::task::JoinHandle<()>)
+    {
+        let (desired_tx, desired) = watch::channel(BTreeSet::new());
+        let (running, running_rx) = watch::channel(BTreeSet::new());
+        let deadlines = Arc::new(Mutex::new(BTreeMap::new()));
+        tokio::spawn(fence(running_rx.clone(), Arc::clone(&deadlines), self.margin()));
+        let task = tokio::spawn(self.claim_loop(desired_tx, running_rx, deadlines, stop));
+        (desired, running, task)
+    }
+
+    /// How often Leases are renewed; also how long before expiry a replica stops.
+    fn margin(&self) -> Duration {
+        self.duration / 4
+    }
+
+    async fn claim_loop(
+        self,
+        desired: watch::Sender<BTreeSet<u32>>,
+        mut running: watch::Receiver<BTreeSet<u32>>,
+        deadlines: Arc<Mutex<BTreeMap<u32, Instant>>>,
+        stop: CancellationToken,
+    ) {
+        let mut state = ClaimState::default();
+        let mut first = true;
+        loop {
+            let running_now = running.borrow_and_update().clone();
+            if let Err(err) = self.round(&mut state, &running_now, first).await {
+                tracing::warn!(%err, "shard Leases: cannot complete a round; retrying");
+            }
+            first = false;
+            let expiries =
+                state.held.iter().map(|(shard, held)| (*shard, held.renewed + self.duration));
+            *deadlines.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+                expiries.collect();
+            let wanted: BTreeSet<u32> =
+                state.held.keys().filter(|s| !state.releasing.contains(s)).copied().collect();
+            desired.send_if_modified(|current| {
+                let changed = *current != wanted;
+                if changed {
+                    tracing::info!(shards = ?wanted, of = self.shards, "shards to reconcile");
+                    current.clone_from(&wanted);
+                }
+                changed
+            });
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(self.margin()) => {},
+                _ = running.changed() => {},
+            }
+        }
+        for (shard, held) in std::mem::take(&mut state.held) {
+            if let Err(err) = self.release(shard, held.lease).await {
+                tracing::warn!(%err, shard, "cannot release a shard Lease; it expires on its own");
+            }
+        }
+    }
+
+    /// One round: announce presence, read the Leases, renew, claim, release.
+    async fn round(
+        &self,
+        state: &mut ClaimState,
+        running: &BTreeSet<u32>,
+        first: bool,
+    ) -> Result<(), kube::Error> {
+        self.announce().await?;
+        let (leases, replicas) = self.observe().await?;
+        self.renew(state, &leases, running).await;
+        if first {
+            // Let the replicas starting together see each other before anyone claims.
+            return Ok(());
+        }
+        let now = SystemTime::now();
+        let views: Vec<Option<LeaseView>> =
+            leases.iter().map(|lease| lease.as_ref().map(view)).collect();
+        let plan = decide::plan_claims(&views, &self.identity, replicas, now);
+        for shard in plan.acquire {
+            if let Some(held) = self.acquire(shard, leases[shard as usize].clone()).await {
+                tracing::info!(shard, identity = %self.identity, "took shard Lease");
+                state.held.insert(shard, held);
+            }
+        }
+        state.releasing.extend(plan.release);
+        let stopped: Vec<u32> =
+            state.releasing.iter().filter(|s| !running.contains(s)).copied().collect();
+        for shard in stopped {
+            state.releasing.remove(&shard);
+            if let Some(held) = state.held.remove(&shard) {
+                tracing::info!(shard, identity = %self.identity, "giving up shard Lease");
+                if let Err(err) = self.release(shard, held.lease).await {
+                    tracing::warn!(%err, shard, "cannot release a shard Lease; it expires");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Renew this replica's presence Lease (server-side apply: only this replica writes it).
+    async fn announce(&self) -> Result<(), kube::Error> {
+        let name = replica_lease_name(&self.base, &self.identity);
+        let lease = serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "labels": {keys::SHARD_LEASE: "replica"}},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": self.duration.as_secs(),
+                "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now()),
+            },
+        });
+        let params = PatchParams::apply(&format!("{}-shards", self.base)).force();
+        self.leases().patch(&name, &params, &Patch::Apply(&lease)).await.map(drop)
+    }
+
+    /// The shard Leases by shard (`None`: not created yet) and the live replicas.
+    async fn observe(&self) -> Result<(Vec<Option<Lease>>, usize), kube::Error> {
+        let list = self.leases().list(&ListParams::default().labels(keys::SHARD_LEASE)).await?;
+        let now = SystemTime::now();
+        let mut shards = vec![None; self.shards as usize];
+        let mut replicas = 0;
+        for lease in list.items {
+            let kind = lease.metadata.labels.as_ref().and_then(|l| l.get(keys::SHARD_LEASE));
+            match kind.map(String::as_str) {
+                Some("replica") if !view(&lease).free_at(now) => replicas += 1,
+                Some("shard") => {
+                    let name = lease.metadata.name.as_deref().unwrap_or_default();
+                    let index =
+                        (0..self.shards).find(|i| decide::shard_lease_name(&self.base, *i) == name);
+                    if let Some(index) = index {
+                        shards[index as usize] = Some(lease);
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok((shards, replicas.max(1)))
+    }
+
+    /// Renew every held shard Lease; one found taken or not renewable is dropped (the fence
+    /// ends the process first if its reconcilers still run).
+    async fn renew(
+        &self,
+        state: &mut ClaimState,
+        leases: &[Option<Lease>],
+        running: &BTreeSet<u32>,
+    ) {
+        let shards: Vec<u32> = state.held.keys().copied().collect();
+        for shard in shards {
+            let current = leases[shard as usize].as_ref();
+            let still_mine = current.is_some_and(|l| {
+                l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(&self.identity)
+            });
+            if !still_mine {
+                tracing::error!(shard, "shard Lease taken by another replica");
+                state.held.remove(&shard);
+                if running.contains(&shard) {
+                    lost_shard(shard);
+                }
+                continue;
+            }
+            let sent = Instant::now();
+            let mut lease = current.cloned().unwrap_or_default();
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+            let name = decide::shard_lease_name(&self.base, shard);
+            match self.leases().replace(&name, &PostParams::default(), &lease).await {
+                Ok(written) => {
+                    state.held.insert(shard, Held { renewed: sent, lease: written });
+                }
+                Err(err) => tracing::warn!(%err, shard, "cannot renew a shard Lease"),
+            }
+        }
+    }
+
+    /// Take a free shard Lease (create it, or replace the released or expired one at the
+    /// version read: a replica that lost the race gets a conflict).
+    async fn acquire(&self, shard: u32, current: Option<Lease>) -> Option<Held> {
+        let name = decide::shard_lease_name(&self.base, shard);
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let transitions = current
+            .as_ref()
+            .and_then(|l| l.spec.as_ref())
+            .and_then(|s| s.lease_transitions)
+            .unwrap_or(0);
+        let spec = LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: i32::try_from(self.duration.as_secs()).ok(),
+            acquire_time: Some(now.clone()),
+            renew_time: Some(now),
+            lease_transitions: Some(transitions + i32::from(current.is_some())),
+            ..Default::default()
+        };
+        let sent = Instant::now();
+        let result = match current {
+            Some(mut lease) => {
+                lease.spec = Some(spec);
+                self.leases().replace(&name, &PostParams::default(), &lease).await
+            }
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(name),
+                        labels: Some([(keys::SHARD_LEASE.to_owned(), "shard".to_owned())].into()),
+                        ..Default::default()
+                    },
+                    spec: Some(spec),
+                };
+                self.leases().create(&PostParams::default(), &lease).await
+            }
+        };
+        match result {
+            Ok(lease) => Some(Held { renewed: sent, lease }),
+            Err(kube::Error::Api(status)) if status.code == 409 => None,
+            Err(err) => {
+                tracing::warn!(%err, shard, "cannot take a shard Lease");
+                None
+            }
+        }
+    }
+
+    /// Release a held Lease: no holder, so another replica takes it at once.
+    async fn release(&self, shard: u32, mut lease: Lease) -> Result<(), kube::Error> {
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        let name = decide::shard_lease_name(&self.base, shard);
+        self.leases().replace(&name, &PostParams::default(), &lease).await.map(drop)
+    }
+}
+
+/// The presence Lease of replica `identity` (made a valid name).
+pub fn replica_lease_name(base: &str, identity: &str) -> String {
+    let safe: String = identity
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect();
+    format!("{base}-replica-{}", safe.trim_matches('-'))
+}
+
+fn view(lease: &Lease) -> LeaseView {
+    let spec = lease.spec.clone().unwrap_or_default();
+    LeaseView {
+        holder: spec.holder_identity,
+        renewed: spec.renew_time.map(|t| SystemTime::from(t.0)),
+        duration: Duration::from_secs(
+            u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
+        ),
+    }
+}
+
+/// End the process: a shard's reconcilers run without a Lease that another replica may take.
+fn lost_shard(shard: u32) -> ! {
+    tracing::error!(
+        shard,
+        "lost the Lease of a shard being reconciled; exiting so that no \
+        Application has two writers (the replica restarts and claims shards again)"
+    );
+    std::process::exit(1);
+}
+
+/// Exit before the Lease of a running shard can expire: every Lease renewal that succeeded
+/// moved its deadline; one not renewed `margin` before the Lease duration ends the process.
+async fn fence(
+    running: watch::Receiver<BTreeSet<u32>>,
+    expiries: Arc<Mutex<BTreeMap<u32, Instant>>>,
+    margin: Duration,
+) {
+    let mut tick = tokio::time::interval(margin / 4);
+    loop {
+        tick.tick().await;
+        let now = Instant::now();
+        let expired = {
+            let expiries = expiries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            running
+                .borrow()
+                .iter()
+                .copied()
+                .find(|shard| expiries.get(shard).is_none_or(|expiry| *expiry <= now + margin))
+        };
+        if let Some(shard) = expired {
+            lost_shard(shard);
+        }
+    }
+}
