@@ -218,8 +218,11 @@ async fn three_replicas_split_applications_and_take_over_a_killed_ones_share() -
     ensure!(shares.len() == 3, "the Applications are not split across three replicas: {shares:?}");
 
     // Kill the replica with the largest share; the next commit must deploy everywhere.
-    let (victim, _) =
-        shares.iter().max_by_key(|(_, n)| **n).map(|(u, n)| (u.to_string(), *n)).unwrap();
+    let victim = shares
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(user, _)| (*user).to_owned())
+        .context("a replica with a share")?;
     let index = replicas.iter().position(|(user, _, _)| *user == victim).context("victim")?;
     replicas[index].1.kill(Duration::from_secs(10)).await?;
     let killed_at = Instant::now();

@@ -416,7 +416,7 @@ mod tests {
             }
             for shard in &plan.release {
                 assert_eq!(
-                    case.leases[*shard as usize].as_ref().unwrap().holder.as_deref(),
+                    case.leases[*shard as usize].as_ref().expect("released shards exist").holder.as_deref(),
                     Some("me")
                 );
             }
@@ -435,9 +435,9 @@ mod tests {
 
     #[test]
     fn an_expired_lease_of_mine_is_not_held() {
-        let mine = lease("me", 15).unwrap();
+        let mine = lease("me", 15).expect("a lease");
         assert!(!mine.held_by("me", SystemTime::UNIX_EPOCH + NOW));
         assert!(mine.free_at(SystemTime::UNIX_EPOCH + NOW));
-        assert!(lease("me", 14).unwrap().held_by("me", SystemTime::UNIX_EPOCH + NOW));
+        assert!(lease("me", 14).expect("a lease").held_by("me", SystemTime::UNIX_EPOCH + NOW));
     }
 }
