@@ -185,7 +185,7 @@ pub async fn run(
     let default_account = ctx.default_service_account.clone();
     // A dependency's health, revisions or Ready changing re-evaluates its dependents.
     let dependency_changes =
-        watcher(Api::<Application>::all(ctx.client.clone()), Default::default())
+        watcher(Api::<Application>::all(ctx.client.clone()), ctx.shard.watcher_config())
             .default_backoff()
             .applied_objects()
             .predicate_filter(readiness, Default::default());

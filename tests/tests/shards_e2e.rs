@@ -215,7 +215,11 @@ async fn three_replicas_split_applications_and_take_over_a_killed_ones_share() -
         *shares.entry(user).or_default() += 1;
     }
     eprintln!("shares before the kill: {shares:?}");
-    ensure!(shares.len() == 3, "the Applications are not split across three replicas: {shares:?}");
+    ensure!(
+        shares.len() == 3,
+        "the Applications are not split across three replicas: {shares:?}\n{}",
+        logs_tail(&replicas)
+    );
 
     // Kill the replica with the largest share; the next commit must deploy everywhere.
     let victim = shares
@@ -262,6 +266,147 @@ async fn three_replicas_split_applications_and_take_over_a_killed_ones_share() -
         "moved {moved} Applications (the killed replica's share only); {handovers} handovers, \
          none with two writers at once ({} requests checked)",
         records.len()
+    );
+    Ok(())
+}
+
+/// Label mode: a `--shard eu` controller and a `--shard-unlabelled` one. Each writes only its
+/// own Applications and Repository (from the request log), lists and watches Applications with
+/// its label selector (so it never receives the other's), and elects its leader on its own
+/// Lease; the eu Applications' Revisions carry the shard label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_shards_reconcile_only_their_own_objects() -> Result<()> {
+    use kube::api::PostParams;
+    use kuvryn_sync_api::{Repository, Revision, keys};
+    if skip_on_real_cluster(
+        "label_shards_reconcile_only_their_own_objects",
+        "the API server's request log (the sandbox records who sent each request)",
+    ) {
+        return Ok(());
+    }
+    let env = application::env("label-shards", false).await?;
+    let sandbox = env.cluster.sandbox().context("the sandbox")?;
+    sandbox.record_requests();
+    // A second Repository for the same Git repository, in shard eu.
+    let plain = env.api::<Repository>().get("apps").await?;
+    let eu_repo: Repository = serde_json::from_value(json!({
+        "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Repository",
+        "metadata": {"name": "apps-eu", "labels": {keys::SHARD: "eu"}},
+        "spec": plain.spec,
+    }))?;
+    env.api::<Repository>().create(&PostParams::default(), &eu_repo).await?;
+    let files = files("one");
+    let files: Vec<(&str, String)> = files.iter().map(|(p, c)| (p.as_str(), c.clone())).collect();
+    let commit = env.push(&files[..8], "eight apps").await?;
+    let eu: Vec<String> = (0..4).map(app_name).collect();
+    let unlabelled: Vec<String> = (4..8).map(app_name).collect();
+    for name in &eu {
+        let overrides = json!({"source": {"repositoryRef": {"name": "apps-eu"}}});
+        env.create_app(name, &format!("apps/{name}"), overrides).await?;
+        let label = json!({"metadata": {"labels": {keys::SHARD: "eu"}}});
+        env.api::<Application>()
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&label))
+            .await?;
+    }
+    for name in &unlabelled {
+        env.create_app(name, &format!("apps/{name}"), json!({})).await?;
+    }
+    let logs = tempfile::tempdir()?;
+    let mut users = BTreeMap::new();
+    let mut controllers = Vec::new();
+    for (identity, flags) in
+        [("label-shard-eu", &["--shard", "eu"][..]), ("label-main", &["--shard-unlabelled"][..])]
+    {
+        let user = format!("system:serviceaccount:kuvryn-system:{identity}");
+        let kubeconfig = sandbox.user_kubeconfig(&user, &["system:masters"])?;
+        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+        let mut args = vec!["--default-poll-interval", "1h"];
+        args.extend_from_slice(flags);
+        let log = logs.path().join(format!("{identity}.log"));
+        controllers.push(ControllerProcess::start_logged_as(
+            &env.cluster,
+            identity,
+            &args,
+            &[("KUBECONFIG", kubeconfig.as_str())],
+            &log,
+        )?);
+        users.insert(identity, user);
+    }
+    let api = env.api::<Application>();
+    wait_for(&format!("8 Applications Synced at {commit}"), Duration::from_secs(90), || async {
+        let apps = api.list(&ListParams::default()).await?.items;
+        let synced = apps
+            .iter()
+            .filter(|app| {
+                app.status.as_ref().is_some_and(|s| {
+                    s.deployed_revision.as_deref() == Some(commit.as_str())
+                        && s.sync.state == SyncState::Synced
+                })
+            })
+            .count();
+        Ok(((synced == 8).then_some(()), format!("{synced} of 8 synced")))
+    })
+    .await?;
+
+    let records = sandbox.requests();
+    let all_users: BTreeSet<String> = users.values().cloned().collect();
+    let last = last_writers(&records, &env.namespace, &all_users);
+    for name in &eu {
+        ensure!(last.get(name) == Some(&users["label-shard-eu"]), "{name}: {:?}", last.get(name));
+    }
+    for name in &unlabelled {
+        ensure!(last.get(name) == Some(&users["label-main"]), "{name}: {:?}", last.get(name));
+    }
+    let spans = writers(&records, &env.namespace, &all_users);
+    ensure!(spans.values().all(|by| by.len() == 1), "an Application with two writers: {spans:?}");
+    // Repositories: each written by its shard's controller only.
+    let repo_prefix =
+        format!("/apis/sync.kuvryn.io/v1alpha1/namespaces/{}/repositories/", env.namespace);
+    for record in records.iter().filter(|r| r.is_write() && all_users.contains(&r.user)) {
+        if let Some(rest) = record.path.strip_prefix(&repo_prefix) {
+            let repo = rest.trim_end_matches("/status");
+            let owner =
+                if repo == "apps-eu" { &users["label-shard-eu"] } else { &users["label-main"] };
+            ensure!(record.user == *owner, "{} written by {}", record.path, record.user);
+        }
+    }
+    // The eu controller lists and watches Applications only with its selector.
+    let selector = "labelSelector=sync.kuvryn.io%2Fshard%3Deu";
+    let app_reads: Vec<&RequestRecord> = records
+        .iter()
+        .filter(|r| r.user == users["label-shard-eu"] && r.method == "GET")
+        .filter(|r| r.path == "/apis/sync.kuvryn.io/v1alpha1/applications")
+        .collect();
+    ensure!(!app_reads.is_empty(), "the eu controller never listed Applications");
+    // The one read without it is the start-up probe that the CRDs are served (`limit=1`).
+    let unfiltered: Vec<&str> = app_reads
+        .iter()
+        .map(|r| r.query.as_str())
+        .filter(|query| !query.contains(selector) && query.trim_start_matches('&') != "limit=1")
+        .collect();
+    ensure!(unfiltered.is_empty(), "Application reads without the shard selector: {unfiltered:?}");
+    // Revisions of eu Applications carry the shard label.
+    let revisions = env.api::<Revision>().list(&ListParams::default()).await?.items;
+    for revision in &revisions {
+        let app = revision.spec.application_ref.name.clone();
+        let label = revision.metadata.labels.as_ref().and_then(|l| l.get(keys::SHARD)).cloned();
+        let expected = eu.contains(&app).then(|| "eu".to_owned());
+        ensure!(label == expected, "Revision of {app}: shard label {label:?}");
+    }
+    // Each elected its leader on its own Lease.
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(env.cluster.client(), "default");
+    let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity);
+    ensure!(
+        holder(leases.get("kuvryn-sync-controller-shard-eu").await?).as_deref()
+            == Some("label-shard-eu")
+    );
+    ensure!(holder(leases.get("kuvryn-sync-controller").await?).as_deref() == Some("label-main"));
+    eprintln!(
+        "label shards: eu wrote {eu:?}, unlabelled wrote {unlabelled:?}; {} Application reads by eu, \
+         {} without its selector",
+        app_reads.len(),
+        unfiltered.len()
     );
     Ok(())
 }
