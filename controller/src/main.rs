@@ -409,16 +409,22 @@ async fn run_automatic(
 ) -> anyhow::Result<()> {
     let mut stop = std::pin::pin!(stop);
     let claims_stop = tokio_util::sync::CancellationToken::new();
-    let claims = shards::ShardClaims {
-        client: parts.client.clone(),
-        namespace: parts.args.leader_election_namespace.clone(),
-        base: LEASE_NAME.to_owned(),
-        identity: identity.to_owned(),
-        shards,
-        duration: parts.args.shard_lease_duration,
+    let (config, namespace) = (parts.config.clone(), parts.args.leader_election_namespace.clone());
+    let (identity_owned, duration) = (identity.to_owned(), parts.args.shard_lease_duration);
+    let make = move || {
+        Ok(shards::ShardClaims {
+            client: kube::Client::try_from(config)?,
+            namespace,
+            base: LEASE_NAME.to_owned(),
+            identity: identity_owned,
+            shards,
+            duration,
+        })
     };
     tracing::info!(%identity, shards, "claiming shards");
-    let (mut desired, running, claim_task) = claims.start(claims_stop.clone());
+    let shards::Claiming { mut desired, running, done: claim_task } =
+        shards::ShardClaims::start(make, claims_stop.clone())
+            .context("cannot start the shard Lease thread")?;
     let mut outcome = Ok(());
     loop {
         let held = desired.borrow_and_update().clone();

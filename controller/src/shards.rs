@@ -106,6 +106,14 @@ pub struct ShardClaims {
     pub duration: Duration,
 }
 
+/// A running claim loop: the shards to reconcile, where the supervisor reports the shards it
+/// runs, and the loop's end.
+pub struct Claiming {
+    pub desired: watch::Receiver<BTreeSet<u32>>,
+    pub running: watch::Sender<BTreeSet<u32>>,
+    pub done: tokio::sync::oneshot::Receiver<()>,
+}
+
 /// A shard Lease this replica holds: when its last renewal was sent, and the Lease as written.
 #[derive(Debug, Clone)]
 struct Held {
@@ -121,19 +129,35 @@ struct ClaimState {
 }
 
 impl ShardClaims {
-    /// Start claiming: returns the shards the reconcilers should run (`desired`) and the sender
-    /// on which the supervisor reports the shards it runs. On `stop` every Lease is released.
+    /// Start claiming on a thread and runtime of their own, with a client of their own (made
+    /// by `client`), so that a replica busy reconciling cannot starve its Lease renewals nor its
+    /// fence. Returns the shards the reconcilers should run (`desired`), the sender on which the
+    /// supervisor reports the shards it runs, and a receiver that resolves once the loop has
+    /// ended. On `stop` every Lease is released.
     pub fn start(
-        self,
+        client: impl FnOnce() -> Result<Self, kube::Error> + Send + 'static,
         stop: CancellationToken,
-    ) -> (watch::Receiver<BTreeSet<u32>>, watch::Sender<BTreeSet<u32>>, tokio::task::JoinHandle<()>)
-    {
+    ) -> std::io::Result<Claiming> {
         let (desired_tx, desired) = watch::channel(BTreeSet::new());
         let (running, running_rx) = watch::channel(BTreeSet::new());
-        let deadlines = Arc::new(Mutex::new(BTreeMap::new()));
-        tokio::spawn(fence(running_rx.clone(), Arc::clone(&deadlines), self.margin()));
-        let task = tokio::spawn(self.claim_loop(desired_tx, running_rx, deadlines, stop));
-        (desired, running, task)
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        std::thread::Builder::new().name("shard-leases".into()).spawn(move || {
+            runtime.block_on(async move {
+                let claims = match client() {
+                    Ok(claims) => claims,
+                    Err(err) => {
+                        tracing::error!(%err, "cannot build the shard Lease client");
+                        return;
+                    }
+                };
+                let deadlines = Arc::new(Mutex::new(BTreeMap::new()));
+                tokio::spawn(fence(running_rx.clone(), Arc::clone(&deadlines), claims.margin()));
+                claims.claim_loop(desired_tx, running_rx, deadlines, stop).await;
+            });
+            let _ = done_tx.send(());
+        })?;
+        Ok(Claiming { desired, running, done })
     }
 
     /// How often Leases are renewed; also how long before expiry a replica stops.

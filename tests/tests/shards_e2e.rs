@@ -19,7 +19,7 @@ use serde_json::json;
 const APPS: usize = 30;
 const REPLICAS: [&str; 3] = ["shard-replica-a", "shard-replica-b", "shard-replica-c"];
 /// Short Leases keep the test fast; replicas renew every quarter of it.
-const LEASE: &str = "6s";
+const LEASE: &str = "8s";
 /// How long the killed replica's share may take to deploy the next commit.
 const TAKEOVER_DEADLINE: Duration = Duration::from_secs(60);
 
