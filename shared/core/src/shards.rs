@@ -416,7 +416,11 @@ mod tests {
             }
             for shard in &plan.release {
                 assert_eq!(
-                    case.leases[*shard as usize].as_ref().expect("released shards exist").holder.as_deref(),
+                    case.leases[*shard as usize]
+                        .as_ref()
+                        .expect("released shards exist")
+                        .holder
+                        .as_deref(),
                     Some("me")
                 );
             }
