@@ -436,3 +436,88 @@ async fn fence(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap as Application;
+
+    fn app(namespace: &str, name: &str) -> Application {
+        Application {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn names(events: &[Result<watcher::Event<Application>, watcher::Error>]) -> Vec<String> {
+        events
+            .iter()
+            .map(|event| match event {
+                Ok(watcher::Event::Apply(a)) => {
+                    format!("apply {}", a.metadata.name.clone().unwrap_or_default())
+                }
+                Ok(watcher::Event::Delete(a)) => {
+                    format!("delete {}", a.metadata.name.clone().unwrap_or_default())
+                }
+                Ok(watcher::Event::InitApply(a)) => {
+                    format!("init {}", a.metadata.name.clone().unwrap_or_default())
+                }
+                Ok(watcher::Event::Init) => "init".to_owned(),
+                Ok(watcher::Event::InitDone) => "done".to_owned(),
+                Err(_) => "error".to_owned(),
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_hashed_scope_keeps_its_shards_objects_and_drops_the_others() {
+        // Two names in different shards of 2.
+        let (mine, theirs) =
+            (0..100).map(|i| format!("app-{i}")).fold((None, None), |(mine, theirs), name| {
+                match decide::shard_of("ns", &name, 2) {
+                    0 => (mine.or(Some(name)), theirs),
+                    _ => (mine, theirs.or(Some(name))),
+                }
+            });
+        let (mine, theirs) = (mine.expect("a name in shard 0"), theirs.expect("one in shard 1"));
+        let scope = Scope::Hashed { shards: 2, held: Arc::new(BTreeSet::from([0])) };
+        let events = vec![
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(app("ns", &mine))),
+            Ok(watcher::Event::InitApply(app("ns", &theirs))),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(app("ns", &mine))),
+            Ok(watcher::Event::Apply(app("ns", &theirs))),
+            Ok(watcher::Event::Delete(app("ns", &theirs))),
+        ];
+        let narrowed: Vec<_> = scope.narrow(futures::stream::iter(events)).collect().await;
+        assert_eq!(
+            names(&narrowed),
+            [
+                "init".to_owned(),
+                format!("init {mine}"),
+                "done".to_owned(),
+                format!("apply {mine}"),
+                format!("delete {theirs}"),
+                format!("delete {theirs}"),
+            ]
+        );
+        assert!(scope.owns(&app("ns", &mine)) && !scope.owns(&app("ns", &theirs)));
+        // Unsharded and label scopes keep everything (the API server filters labels).
+        assert!(Scope::All.owns(&app("ns", &theirs)));
+        assert!(Scope::Label("sync.kuvryn.io/shard=eu".into()).owns(&app("ns", &theirs)));
+        let config = Scope::Label("sync.kuvryn.io/shard=eu".into()).watcher_config();
+        assert_eq!(config.label_selector.as_deref(), Some("sync.kuvryn.io/shard=eu"));
+        assert_eq!(scope.watcher_config().label_selector, None);
+    }
+
+    #[test]
+    fn replica_lease_names_are_valid() {
+        assert_eq!(replica_lease_name("ctl", "Pod_A.1"), "ctl-replica-pod-a-1");
+        assert_eq!(replica_lease_name("ctl", "-x-"), "ctl-replica-x");
+    }
+}

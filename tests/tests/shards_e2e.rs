@@ -231,6 +231,23 @@ async fn three_replicas_split_applications_and_take_over_a_killed_ones_share() -
     replicas[index].1.kill(Duration::from_secs(10)).await?;
     let killed_at = Instant::now();
     let killed_wall = SystemTime::now();
+    // Its shard Lease passes to a survivor within one Lease duration (8s) of its last renewal,
+    // plus a quarter of it to notice; the deadline leaves room for a loaded machine.
+    let victim_identity = victim.rsplit(':').next().unwrap_or_default().to_owned();
+    let leases_moved = wait_for(
+        "the killed replica's shard Lease taken over",
+        Duration::from_secs(30),
+        || async {
+            let holders = shard_holders(&env).await?;
+            let done = holders.len() == 3 && !holders.values().any(|h| *h == victim_identity);
+            Ok((done.then_some(()), format!("{holders:?}")))
+        },
+    )
+    .await
+    .with_context(|| logs_tail(&replicas));
+    let lease_takeover = killed_at.elapsed();
+    leases_moved?;
+    eprintln!("shard Lease of the killed replica taken over {lease_takeover:?} after the kill");
     let second = files("two");
     let second: Vec<(&str, String)> = second.iter().map(|(p, c)| (p.as_str(), c.clone())).collect();
     let next = env.push(&second, "every app changes").await?;
