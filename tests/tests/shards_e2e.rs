@@ -119,6 +119,28 @@ async fn wait_all_synced(env: &application::Env, commit: &str, deadline: Duratio
     .await
 }
 
+/// Start a `--shards 3` replica authenticating as its own user: (user, process, log file).
+fn start_replica(
+    env: &application::Env,
+    identity: &str,
+    logs: &std::path::Path,
+) -> Result<(String, ControllerProcess, std::path::PathBuf)> {
+    let sandbox = env.cluster.sandbox().context("the sandbox")?;
+    let user = format!("system:serviceaccount:kuvryn-system:{identity}");
+    let kubeconfig = sandbox.user_kubeconfig(&user, &["system:masters"])?;
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    let log = logs.join(format!("{identity}.log"));
+    let args = ["--shards", "3", "--shard-lease-duration", LEASE, "--default-poll-interval", "1h"];
+    let process = ControllerProcess::start_logged_as(
+        &env.cluster,
+        identity,
+        &args,
+        &[("KUBECONFIG", kubeconfig.as_str())],
+        &log,
+    )?;
+    Ok((user, process, log))
+}
+
 /// Shard Lease name → holder, of the Leases the controllers keep in `default`.
 async fn shard_holders(env: &application::Env) -> Result<BTreeMap<String, String>> {
     use k8s_openapi::api::coordination::v1::Lease;
@@ -154,21 +176,9 @@ async fn three_replicas_split_applications_and_take_over_a_killed_ones_share() -
     let mut replicas = Vec::new();
     let mut users = BTreeSet::new();
     for identity in REPLICAS {
-        let user = format!("system:serviceaccount:kuvryn-system:{identity}");
-        let kubeconfig = sandbox.user_kubeconfig(&user, &["system:masters"])?;
-        users.insert(user.clone());
-        let kubeconfig = kubeconfig.to_string_lossy().into_owned();
-        let log = logs.path().join(format!("{identity}.log"));
-        let args =
-            ["--shards", "3", "--shard-lease-duration", LEASE, "--default-poll-interval", "1h"];
-        let process = ControllerProcess::start_logged_as(
-            &env.cluster,
-            identity,
-            &args,
-            &[("KUBECONFIG", kubeconfig.as_str())],
-            &log,
-        )?;
-        replicas.push((user, process, log));
+        let replica = start_replica(&env, identity, logs.path())?;
+        users.insert(replica.0.clone());
+        replicas.push(replica);
     }
     let logs_tail = |replicas: &[(String, ControllerProcess, std::path::PathBuf)]| {
         replicas
@@ -278,10 +288,42 @@ async fn three_replicas_split_applications_and_take_over_a_killed_ones_share() -
     let late: Vec<&RequestRecord> =
         records.iter().filter(|r| r.user == victim && r.started > killed_wall).collect();
     ensure!(late.is_empty(), "requests from the killed replica after the kill: {late:?}");
+    eprintln!("moved {moved} Applications (the killed replica's share only)");
+
+    // A new replica joins (as a restarted Pod would, under a new name): the survivor holding
+    // two shards stops reconciling one, releases its Lease, and the newcomer takes it — a
+    // handover between two live writers. The next commit deploys everywhere.
+    let joined_at = Instant::now();
+    let newcomer = start_replica(&env, "shard-replica-d", logs.path())?;
+    users.insert(newcomer.0.clone());
+    replicas.push(newcomer);
+    let holders = wait_for(
+        "one shard each again, one of them the newcomer's",
+        Duration::from_secs(60),
+        || async {
+            let holders = shard_holders(&env).await?;
+            let distinct: BTreeSet<&String> = holders.values().collect();
+            let done = distinct.len() == 3 && distinct.contains(&"shard-replica-d".to_owned());
+            Ok((done.then(|| holders.clone()), format!("{holders:?}")))
+        },
+    )
+    .await
+    .with_context(|| logs_tail(&replicas))?;
+    eprintln!("rebalanced in {:?}: {holders:?}", joined_at.elapsed());
+    let third = files("three");
+    let third: Vec<(&str, String)> = third.iter().map(|(p, c)| (p.as_str(), c.clone())).collect();
+    let last = env.push(&third, "every app changes again").await?;
+    wait_all_synced(&env, &last, TAKEOVER_DEADLINE).await.with_context(|| logs_tail(&replicas))?;
+    let records = sandbox.requests();
+    let newcomer_share = last_writers(&records, &env.namespace, &users)
+        .values()
+        .filter(|user| user.ends_with(":shard-replica-d"))
+        .count();
+    ensure!(newcomer_share > 0, "the newcomer wrote no Application");
     let handovers = assert_one_writer_at_a_time(&writers(&records, &env.namespace, &users))?;
     eprintln!(
-        "moved {moved} Applications (the killed replica's share only); {handovers} handovers, \
-         none with two writers at once ({} requests checked)",
+        "the newcomer took {newcomer_share} Applications; {handovers} handovers in all (the kill \
+         and the rebalance), none with two writers at once ({} requests checked)",
         records.len()
     );
     Ok(())
