@@ -126,6 +126,10 @@ struct Held {
 struct ClaimState {
     held: BTreeMap<u32, Held>,
     releasing: BTreeSet<u32>,
+    /// When the next Lease held by another replica expires: the next round comes then, if
+    /// sooner than the renewal interval, so a failed replica's shards are taken over within
+    /// the Lease duration of its last renewal.
+    next_expiry: Option<SystemTime>,
 }
 
 impl ShardClaims {
@@ -158,6 +162,16 @@ impl ShardClaims {
             let _ = done_tx.send(());
         })?;
         Ok(Claiming { desired, running, done })
+    }
+
+    /// How long until the next round: the renewal interval, or just after the next expiry of
+    /// another replica's Lease when that comes sooner.
+    fn next_round(&self, state: &ClaimState) -> Duration {
+        let until_expiry = state
+            .next_expiry
+            .and_then(|at| at.duration_since(SystemTime::now()).ok())
+            .map(|wait| wait + Duration::from_millis(50));
+        until_expiry.map_or(self.margin(), |wait| wait.min(self.margin()))
     }
 
     /// How often Leases are renewed; also how long before expiry a replica stops.
@@ -196,7 +210,7 @@ impl ShardClaims {
             });
             tokio::select! {
                 () = stop.cancelled() => break,
-                () = tokio::time::sleep(self.margin()) => {},
+                () = tokio::time::sleep(self.next_round(&state)) => {},
                 _ = running.changed() => {},
             }
         }
@@ -204,6 +218,11 @@ impl ShardClaims {
             if let Err(err) = self.release(shard, held.lease).await {
                 tracing::warn!(%err, shard, "cannot release a shard Lease; it expires on its own");
             }
+        }
+        // Leave at once, so the others' bound rises now and they take the released shards
+        // without waiting for this replica's presence to expire.
+        if let Err(err) = self.announce(false).await {
+            tracing::warn!(%err, "cannot withdraw this replica's presence Lease; it expires");
         }
     }
 
@@ -214,8 +233,8 @@ impl ShardClaims {
         running: &BTreeSet<u32>,
         first: bool,
     ) -> Result<(), kube::Error> {
-        self.announce().await?;
-        let (leases, replicas) = self.observe().await?;
+        self.announce(true).await?;
+        let (leases, replicas) = self.observe(state).await?;
         self.renew(state, &leases, running).await;
         if first {
             // Let the replicas starting together see each other before anyone claims.
@@ -250,14 +269,16 @@ impl ShardClaims {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    /// Renew this replica's presence Lease (server-side apply: only this replica writes it).
-    async fn announce(&self) -> Result<(), kube::Error> {
+    /// Renew this replica's presence Lease, or withdraw it (`present` false: no holder) when
+    /// the replica stops (server-side apply: only this replica writes it).
+    async fn announce(&self, present: bool) -> Result<(), kube::Error> {
         let name = replica_lease_name(&self.base, &self.identity);
+        let holder = if present { self.identity.as_str() } else { "" };
         let lease = serde_json::json!({
             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": name, "labels": {keys::SHARD_LEASE: "replica"}},
             "spec": {
-                "holderIdentity": self.identity,
+                "holderIdentity": holder,
                 "leaseDurationSeconds": self.duration.as_secs(),
                 "renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now()),
             },
@@ -267,11 +288,22 @@ impl ShardClaims {
     }
 
     /// The shard Leases by shard (`None`: not created yet) and the live replicas.
-    async fn observe(&self) -> Result<(Vec<Option<Lease>>, usize), kube::Error> {
+    /// Also notes in `state` when the next Lease held by another replica expires.
+    async fn observe(
+        &self,
+        state: &mut ClaimState,
+    ) -> Result<(Vec<Option<Lease>>, usize), kube::Error> {
         let list = self.leases().list(&ListParams::default().labels(keys::SHARD_LEASE)).await?;
         let now = SystemTime::now();
         let mut shards = vec![None; self.shards as usize];
         let mut replicas = 0;
+        state.next_expiry = list
+            .items
+            .iter()
+            .map(view)
+            .filter(|lease| !lease.free_at(now) && lease.holder.as_deref() != Some(&self.identity))
+            .filter_map(|lease| lease.renewed.map(|renewed| renewed + lease.duration))
+            .min();
         for lease in list.items {
             let kind = lease.metadata.labels.as_ref().and_then(|l| l.get(keys::SHARD_LEASE));
             match kind.map(String::as_str) {

@@ -258,6 +258,12 @@ async fn three_replicas_split_applications_and_take_over_a_killed_ones_share() -
     let lease_takeover = killed_at.elapsed();
     leases_moved?;
     eprintln!("shard Lease of the killed replica taken over {lease_takeover:?} after the kill");
+    // One Lease duration (8s) since its last renewal, itself at most 2s before the kill; the
+    // survivors look again just after the Lease expires.
+    ensure!(
+        lease_takeover < Duration::from_secs(10),
+        "the killed replica's shard was taken over only after {lease_takeover:?}"
+    );
     let second = files("two");
     let second: Vec<(&str, String)> = second.iter().map(|(p, c)| (p.as_str(), c.clone())).collect();
     let next = env.push(&second, "every app changes").await?;
@@ -321,6 +327,26 @@ async fn three_replicas_split_applications_and_take_over_a_killed_ones_share() -
         .count();
     ensure!(newcomer_share > 0, "the newcomer wrote no Application");
     let handovers = assert_one_writer_at_a_time(&writers(&records, &env.namespace, &users))?;
+
+    // A replica stopped with SIGTERM releases its shard and withdraws its presence: the others
+    // take the shard without waiting for a Lease to expire.
+    let index = replicas.len() - 1;
+    let terminated_at = Instant::now();
+    let status = replicas[index].1.terminate(Duration::from_secs(30)).await?;
+    ensure!(status.success(), "the stopped replica exited with {status}");
+    wait_for("the stopped replica's shard taken over", Duration::from_secs(30), || async {
+        let holders = shard_holders(&env).await?;
+        let done = holders.len() == 3 && !holders.values().any(|h| h == "shard-replica-d");
+        Ok((done.then_some(()), format!("{holders:?}")))
+    })
+    .await
+    .with_context(|| logs_tail(&replicas))?;
+    let graceful = terminated_at.elapsed();
+    eprintln!("after SIGTERM, the stopped replica's shard was taken over in {graceful:?}");
+    ensure!(
+        graceful < Duration::from_secs(8),
+        "a stopped replica's shard waited {graceful:?}, as long as an expiry (8s)"
+    );
     eprintln!(
         "the newcomer took {newcomer_share} Applications; {handovers} handovers in all (the kill \
          and the rebalance), none with two writers at once ({} requests checked)",
