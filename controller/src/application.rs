@@ -118,6 +118,8 @@ pub struct ApplicationContext {
     /// Every Revision (without managed fields), kept by [`run`]'s watch: the history of a new
     /// Revision and `spec.history.limit` read it here, never with a list per reconcile.
     pub revisions: Store<Revision>,
+    /// The controller's shard: which Applications (and Repositories, Revisions) it watches.
+    pub shard: crate::shards::Scope,
 }
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
@@ -153,13 +155,16 @@ pub async fn run(
     triggers: tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (reader, stream) =
-        triggers::spec_or_annotation_changes(Api::<Application>::all(ctx.client.clone()));
-    let repositories = watcher(Api::<Repository>::all(ctx.client.clone()), Default::default())
-        .default_backoff()
-        .reflect(repositories)
-        .applied_objects()
-        .predicate_filter(observed_revision, Default::default());
+    let (reader, stream) = triggers::spec_or_annotation_changes(
+        Api::<Application>::all(ctx.client.clone()),
+        ctx.shard.clone(),
+    );
+    let repositories =
+        watcher(Api::<Repository>::all(ctx.client.clone()), ctx.shard.watcher_config())
+            .default_backoff()
+            .reflect(repositories)
+            .applied_objects()
+            .predicate_filter(observed_revision, Default::default());
     // A service account appearing (or created again) re-checks the Applications acting as it.
     let accounts = watcher(
         Api::<PartialObjectMeta<ServiceAccount>>::all(ctx.client.clone()),
@@ -180,7 +185,7 @@ pub async fn run(
     let default_account = ctx.default_service_account.clone();
     // A dependency's health, revisions or Ready changing re-evaluates its dependents.
     let dependency_changes =
-        watcher(Api::<Application>::all(ctx.client.clone()), Default::default())
+        watcher(Api::<Application>::all(ctx.client.clone()), ctx.shard.watcher_config())
             .default_backoff()
             .applied_objects()
             .predicate_filter(readiness, Default::default());
@@ -212,7 +217,7 @@ pub async fn run(
             acting_as(&account_store.state(), &account, default_account.as_deref())
         })
         .reconcile_on(requeues);
-    with_reads(controller, &ctx.client, &reads, (revisions, sinks_writer))
+    with_reads(controller, (&ctx.client, &ctx.shard), &reads, (revisions, sinks_writer))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move { triggers::log_failure("Application", &result) })
@@ -235,11 +240,11 @@ fn receive(
 /// a HealthCheck's kind within seconds instead of at the resync.
 fn with_reads(
     controller: Controller<Application>,
-    client: &kube::Client,
+    (client, shard): (&kube::Client, &crate::shards::Scope),
     applications: &Store<Application>,
     (revisions, sinks): (Writer<Revision>, Writer<NotificationSink>),
 ) -> Controller<Application> {
-    let revisions = watcher(Api::<Revision>::all(client.clone()), Default::default())
+    let revisions = watcher(Api::<Revision>::all(client.clone()), shard.watcher_config())
         .default_backoff()
         .modify(|revision| revision.metadata.managed_fields = None)
         .reflect(revisions)

@@ -56,6 +56,8 @@ pub struct ImagePolicyContext {
     pub concurrency: u16,
     /// Reconcile durations.
     pub metrics: kuvryn_sync_runtime::metrics::ControllerMetrics,
+    /// The controller's shard: which ImagePolicies it scans.
+    pub shard: crate::shards::Scope,
 }
 
 /// API-server trouble: the reconcile retries with backoff. Registry, credential and policy
@@ -73,8 +75,10 @@ pub async fn run(
     ctx: Arc<ImagePolicyContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let (reader, stream) =
-        triggers::spec_or_annotation_changes(Api::<ImagePolicy>::all(ctx.client.clone()));
+    let (reader, stream) = triggers::spec_or_annotation_changes(
+        Api::<ImagePolicy>::all(ctx.client.clone()),
+        ctx.shard.clone(),
+    );
     Controller::for_stream(stream, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency))
         .graceful_shutdown_on(shutdown)

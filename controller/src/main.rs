@@ -7,6 +7,7 @@
 //! Application reconciler (`application`, with the shared per-kind `watches`) and the
 //! ImagePolicy reconciler (`imagepolicy`); the others register here as they arrive.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +24,7 @@ mod notify;
 mod references;
 mod render;
 mod repository;
+mod shards;
 mod source;
 mod triggers;
 mod watches;
@@ -171,6 +173,30 @@ struct Args {
     #[arg(long, default_value = "10s", value_parser = flags::duration, value_name = "DURATION")]
     notification_timeout: Duration,
 
+    /// Label-mode shard (Flux's model): reconcile only the Applications, Repositories and
+    /// ImagePolicies labelled `sync.kuvryn.io/shard=NAME`, and read only that shard's Revisions.
+    /// The replicas of one shard elect their leader on the Lease
+    /// `kuvryn-sync-controller-shard-NAME`. Run one controller with --shard-unlabelled beside
+    /// the shards, or unlabelled objects are reconciled by nobody.
+    #[arg(long, value_name = "NAME", value_parser = shard_name,
+        conflicts_with_all = ["shard_unlabelled", "shards"])]
+    shard: Option<String>,
+    /// Label mode's main controller: reconcile only the objects without the
+    /// `sync.kuvryn.io/shard` label (it keeps the unsharded controller's Lease).
+    #[arg(long, conflicts_with = "shards")]
+    shard_unlabelled: bool,
+    /// Automatic sharding: Applications, Repositories and ImagePolicies are split into N shards
+    /// by a consistent hash of namespace/name; every replica claims shards through one Lease per
+    /// shard, at most ceil(N / live replicas) each, and reconciles only the objects of the
+    /// shards it holds. Every replica must be started with the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    shards: Option<u32>,
+    /// Duration of the shard Leases (--shards): a failed replica's shards are taken over within
+    /// it (plus a quarter of it to notice); replicas renew every quarter of it and stop
+    /// reconciling a shard they could not renew a quarter before it ends. At least 4s.
+    #[arg(long, default_value = "15s", value_parser = flags::duration, value_name = "DURATION")]
+    shard_lease_duration: Duration,
+
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -185,6 +211,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     logging::init(args.log_format, args.log_level.as_deref());
     tls::install_crypto_provider();
+    let sharding = sharding(&args)?;
 
     let stop = signals::shutdown_signal().context("cannot install signal handlers")?;
     let ops_stop = tokio_util::sync::CancellationToken::new();
@@ -201,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.metrics_bind_address))?;
     tracing::info!(%ops_addr, namespace = %args.leader_election_namespace,
-        cache_dir = %args.cache_dir.display(), "controller starting");
+        cache_dir = %args.cache_dir.display(), ?sharding, "controller starting");
     prepare_render_sandbox(&args)?;
     let ops_server = tokio::spawn(ops::serve(
         listener,
@@ -232,21 +259,111 @@ async fn main() -> anyhow::Result<()> {
     );
     let registry = registry_client(&args)?;
     tokio::spawn(wait_for_crds(client.clone(), readiness));
-    let mut stop = std::pin::pin!(stop);
-
-    // Only the holder of the Lease reconciles; the other replicas wait as warm standbys.
     let identity = std::env::var("POD_NAME")
         .unwrap_or_else(|_| format!("{CONTROLLER_NAME}-{}", std::process::id()));
-    let lease = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
-        .with_namespace(&args.leader_election_namespace)
-        .with_identity(&identity)
+    let parts = Parts {
+        args,
+        client,
+        config,
+        count_request,
+        cache,
+        registry,
+        metrics,
+        gauges: std::sync::Mutex::new(Some((app_state_writer, repo_state_writer))),
+    };
+    let outcome = match sharding {
+        Sharding::Automatic { shards } => run_automatic(&parts, shards, &identity, stop).await,
+        Sharding::Leader { lease, scope } => {
+            run_leader(&parts, &lease, scope, &identity, stop).await
+        }
+    };
+    ops_stop.cancel();
+    ops_server.await.context("ops server task")?.context("ops server")?;
+    outcome?;
+    tracing::info!("controller stopped");
+    Ok(())
+}
+
+/// How this replica is sharded, from the flags.
+#[derive(Debug)]
+enum Sharding {
+    /// One leader among the replicas, on `lease`, reconciles `scope` (unsharded, or a label
+    /// shard).
+    Leader { lease: String, scope: shards::Scope },
+    /// Replicas share `shards` hashed shards through per-shard Leases.
+    Automatic { shards: u32 },
+}
+
+fn sharding(args: &Args) -> anyhow::Result<Sharding> {
+    use kuvryn_sync_core::shards::{LabelShard, label_selector, leader_lease_name};
+    if let Some(shards) = args.shards {
+        if args.shard_lease_duration < Duration::from_secs(4) {
+            anyhow::bail!(
+                "--shard-lease-duration {:?} is too short: it must be at least 4s (replicas \
+                 renew every quarter of it); use the default 15s",
+                args.shard_lease_duration
+            );
+        }
+        return Ok(Sharding::Automatic { shards });
+    }
+    let label = match (&args.shard, args.shard_unlabelled) {
+        (Some(name), _) => Some(LabelShard::Named(name.clone())),
+        (None, true) => Some(LabelShard::Unlabelled),
+        (None, false) => None,
+    };
+    Ok(match label {
+        Some(shard) => Sharding::Leader {
+            lease: leader_lease_name(LEASE_NAME, &shard),
+            scope: shards::Scope::Label(label_selector(&shard)),
+        },
+        None => Sharding::Leader { lease: LEASE_NAME.to_owned(), scope: shards::Scope::All },
+    })
+}
+
+/// `--shard`'s value parser.
+fn shard_name(value: &str) -> Result<String, String> {
+    kuvryn_sync_core::shards::check_shard_name(value).map(|()| value.to_owned())
+}
+
+/// What every start of the reconcilers shares.
+struct Parts {
+    args: Args,
+    client: kube::Client,
+    config: kube::Config,
+    count_request: RequestObserver,
+    cache: Arc<GitCache>,
+    registry: Arc<kuvryn_sync_source::registry::RegistryClient>,
+    metrics: ControllerMetrics,
+    /// The state gauges' store writers, taken by the first start.
+    gauges: std::sync::Mutex<Option<GaugeWriters>>,
+}
+
+type GaugeWriters = (
+    kube::runtime::reflector::store::Writer<kuvryn_sync_api::Application>,
+    kube::runtime::reflector::store::Writer<kuvryn_sync_api::Repository>,
+);
+
+/// Only the holder of the Lease reconciles; the other replicas wait as warm standbys. Ends when
+/// `stop` resolves (Ok) or leadership is lost (an error, so the replica restarts as a standby).
+async fn run_leader(
+    parts: &Parts,
+    lease_name: &str,
+    scope: shards::Scope,
+    identity: &str,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let namespace = &parts.args.leader_election_namespace;
+    let mut stop = std::pin::pin!(stop);
+    let lease = LeaseManagerBuilder::new(parts.client.clone(), lease_name)
+        .with_namespace(namespace)
+        .with_identity(identity)
         .with_duration(15)
         .with_grace(5)
         .build()
         .await
-        .map_err(|err| leader_election_error(err, &args.leader_election_namespace))?;
+        .map_err(|err| leader_election_error(err, namespace))?;
     let (mut leader, lease_task) = lease.watch().await;
-    tracing::info!(%identity, lease = LEASE_NAME, "waiting to become the leader");
+    tracing::info!(%identity, lease = lease_name, "waiting to become the leader");
     let elected = tokio::select! {
         changed = leader.wait_for(|is_leader| *is_leader) => changed.is_ok(),
         () = &mut stop => false,
@@ -254,95 +371,14 @@ async fn main() -> anyhow::Result<()> {
     let mut lost_leadership = false;
     if elected {
         tracing::info!(%identity, "became the leader; reconciling");
-        record_version(&client, &args.leader_election_namespace).await;
-        let controllers_stop = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(fill_state_gauges(
-            client.clone(),
-            (app_state_writer, repo_state_writer),
-            controllers_stop.clone(),
-        ));
-        let image_update = if args.image_write_back {
-            image_update::ImageWriteBack::enabled(
-                client.clone(),
-                args.git_timeout,
-                args.cache_dir.join("image-update"),
-            )
-        } else {
-            image_update::ImageWriteBack::disabled(client.clone())
-        };
-        let repositories = Arc::new(repository::RepositoryContext {
-            client: client.clone(),
-            cache: Arc::clone(&cache),
-            reporter: events::controller_reporter(),
-            default_poll_interval: args.default_poll_interval,
-            git_timeout: args.git_timeout,
-            concurrency: args.repository_concurrency.max(1),
-            image_update: Arc::new(image_update),
-            metrics: metrics.clone(),
-        });
-        let image_policies = Arc::new(imagepolicy::ImagePolicyContext {
-            client: client.clone(),
-            registry: Arc::clone(&registry),
-            reporter: events::controller_reporter(),
-            concurrency: args.image_policy_concurrency.max(1),
-            metrics: metrics.clone(),
-        });
-        let image_policy_controller = tokio::spawn(imagepolicy::run(
-            image_policies,
-            controllers_stop.clone().cancelled_owned(),
-        ));
-        let repository_controller =
-            tokio::spawn(repository::run(repositories, controllers_stop.clone().cancelled_owned()));
-        let (watches, triggers) =
-            watches::ManagedWatches::new(client.clone(), controllers_stop.clone());
-        let (repositories, repository_writer) = kube::runtime::reflector::store();
-        let (service_accounts, account_writer) = kube::runtime::reflector::store();
-        let (revisions, revision_writer) = kube::runtime::reflector::store();
-        let applications = Arc::new(application::ApplicationContext {
-            client: client.clone(),
-            clients: ImpersonatedClients::new(config.clone(), args.impersonation_cache_size)
-                .observed(Arc::clone(&count_request)),
-            kinds: Kinds::default(),
-            cache: Arc::clone(&cache),
-            reporter: events::controller_reporter(),
-            default_service_account: args.default_service_account.clone(),
-            git_timeout: args.git_timeout,
-            concurrency: args.application_concurrency.max(1),
-            resync: args.application_resync_interval,
-            crd_timeout: args.crd_establish_timeout,
-            watches: Arc::new(watches),
-            fault: fault::FaultPoint::from_env(),
-            metrics: metrics.clone(),
-            health_rules: health::HealthRules::watch(client.clone(), controllers_stop.clone()),
-            renderers: renderers(&args, &metrics),
-            notifier: Arc::new(notify::Notifier::new(
-                client.clone(),
-                events::controller_reporter(),
-                metrics.clone(),
-                args.notification_queue_size,
-                args.notification_timeout,
-            )?),
-            repositories,
-            service_accounts,
-            revisions,
-            dry_runs: kuvryn_sync_apply::memo::DryRunMemo::new(args.application_resync_interval),
-        });
-        let application_controller = tokio::spawn(application::run(
-            applications,
-            (repository_writer, account_writer, revision_writer),
-            triggers,
-            controllers_stop.clone().cancelled_owned(),
-        ));
+        record_version(&parts.client, namespace, lease_name).await;
+        let reconcilers = Reconcilers::start(parts, scope)?;
         tokio::select! {
             () = &mut stop => {},
             _ = leader.wait_for(|is_leader| !*is_leader) => lost_leadership = true,
         }
-        controllers_stop.cancel();
-        repository_controller.await.context("repository controller task")?;
-        application_controller.await.context("application controller task")?;
-        image_policy_controller.await.context("image policy controller task")?;
+        reconcilers.stop().await?;
     }
-    ops_stop.cancel();
     // Closing the channel ends the lease task; release the Lease so a standby takes over at once.
     // Bounded: a slow API server must not keep a terminating Pod alive.
     drop(leader);
@@ -356,49 +392,223 @@ async fn main() -> anyhow::Result<()> {
     if tokio::time::timeout(Duration::from_secs(5), release).await.is_err() {
         tracing::warn!("releasing the leader Lease timed out; it expires on its own");
     }
-    ops_server.await.context("ops server task")?.context("ops server")?;
     if lost_leadership {
         // Another replica holds the Lease now; exit so this one restarts as a standby.
-        anyhow::bail!("lost leadership of Lease {LEASE_NAME}");
+        anyhow::bail!("lost leadership of Lease {lease_name}");
     }
-    tracing::info!("controller stopped");
     Ok(())
 }
 
-/// Keep the state gauges' stores of Applications and Repositories current until `stop`.
+/// Automatic sharding: claim shards through their Leases and run the reconcilers for exactly
+/// the shards held, restarting them whenever that set changes (after stopping the old ones, so
+/// a shard given up is never reconciled once its Lease is released).
+async fn run_automatic(
+    parts: &Parts,
+    shards: u32,
+    identity: &str,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let mut stop = std::pin::pin!(stop);
+    let claims_stop = tokio_util::sync::CancellationToken::new();
+    let (config, namespace) = (parts.config.clone(), parts.args.leader_election_namespace.clone());
+    let (identity_owned, duration) = (identity.to_owned(), parts.args.shard_lease_duration);
+    let make = move || {
+        Ok(shards::ShardClaims {
+            client: kube::Client::try_from(config)?,
+            namespace,
+            base: LEASE_NAME.to_owned(),
+            identity: identity_owned,
+            shards,
+            duration,
+        })
+    };
+    tracing::info!(%identity, shards, "claiming shards");
+    let shards::Claiming { mut desired, running, done: claim_task } =
+        shards::ShardClaims::start(make, claims_stop.clone())
+            .context("cannot start the shard Lease thread")?;
+    let mut outcome = Ok(());
+    loop {
+        let held = desired.borrow_and_update().clone();
+        let reconcilers = if held.is_empty() {
+            None
+        } else {
+            running.send_replace(held.clone());
+            tracing::info!(shards = ?held, of = shards, "reconciling shards");
+            let scope = shards::Scope::Hashed { shards, held: Arc::new(held) };
+            Some(Reconcilers::start(parts, scope)?)
+        };
+        let stopping = tokio::select! {
+            () = &mut stop => true,
+            changed = desired.changed() => changed.is_err(),
+        };
+        if let Some(reconcilers) = reconcilers {
+            outcome = reconcilers.stop().await;
+        }
+        running.send_replace(BTreeSet::new());
+        if stopping || outcome.is_err() {
+            break;
+        }
+    }
+    claims_stop.cancel();
+    if tokio::time::timeout(Duration::from_secs(5), claim_task).await.is_err() {
+        tracing::warn!("releasing the shard Leases timed out; they expire on their own");
+    }
+    outcome
+}
+
+/// The running reconcilers of one scope.
+struct Reconcilers {
+    stop: tokio_util::sync::CancellationToken,
+    tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
+}
+
+impl Reconcilers {
+    /// Start the Repository, Application and ImagePolicy reconcilers for `scope`.
+    fn start(parts: &Parts, scope: shards::Scope) -> anyhow::Result<Self> {
+        let args = &parts.args;
+        let client = &parts.client;
+        let stop = tokio_util::sync::CancellationToken::new();
+        if let Some(writers) =
+            parts.gauges.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+        {
+            // The process's first start: the state gauges follow its scope's watches (in
+            // automatic mode every Application: the gauges of one replica count them all).
+            let config = match &scope {
+                shards::Scope::Label(_) => scope.watcher_config(),
+                shards::Scope::All | shards::Scope::Hashed { .. } => Default::default(),
+            };
+            tokio::spawn(fill_state_gauges(client.clone(), writers, config));
+        }
+        let image_update = if args.image_write_back {
+            image_update::ImageWriteBack::enabled(
+                client.clone(),
+                args.git_timeout,
+                args.cache_dir.join("image-update"),
+            )
+        } else {
+            image_update::ImageWriteBack::disabled(client.clone())
+        };
+        let repositories = Arc::new(repository::RepositoryContext {
+            client: client.clone(),
+            cache: Arc::clone(&parts.cache),
+            reporter: events::controller_reporter(),
+            default_poll_interval: args.default_poll_interval,
+            git_timeout: args.git_timeout,
+            concurrency: args.repository_concurrency.max(1),
+            image_update: Arc::new(image_update),
+            metrics: parts.metrics.clone(),
+            shard: scope.clone(),
+        });
+        let image_policies = Arc::new(imagepolicy::ImagePolicyContext {
+            client: client.clone(),
+            registry: Arc::clone(&parts.registry),
+            reporter: events::controller_reporter(),
+            concurrency: args.image_policy_concurrency.max(1),
+            metrics: parts.metrics.clone(),
+            shard: scope.clone(),
+        });
+        let image_policy_controller =
+            tokio::spawn(imagepolicy::run(image_policies, stop.clone().cancelled_owned()));
+        let repository_controller =
+            tokio::spawn(repository::run(repositories, stop.clone().cancelled_owned()));
+        let application_controller = Self::start_applications(parts, scope, &stop)?;
+        Ok(Reconcilers {
+            stop,
+            tasks: vec![
+                ("repository", repository_controller),
+                ("application", application_controller),
+                ("image policy", image_policy_controller),
+            ],
+        })
+    }
+
+    fn start_applications(
+        parts: &Parts,
+        scope: shards::Scope,
+        stop: &tokio_util::sync::CancellationToken,
+    ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+        let (args, client, metrics) = (&parts.args, &parts.client, &parts.metrics);
+        let (watches, triggers) =
+            watches::ManagedWatches::new(client.clone(), stop.clone(), scope.clone());
+        let (repositories, repository_writer) = kube::runtime::reflector::store();
+        let (service_accounts, account_writer) = kube::runtime::reflector::store();
+        let (revisions, revision_writer) = kube::runtime::reflector::store();
+        let applications = Arc::new(application::ApplicationContext {
+            client: client.clone(),
+            clients: ImpersonatedClients::new(parts.config.clone(), args.impersonation_cache_size)
+                .observed(Arc::clone(&parts.count_request)),
+            kinds: Kinds::default(),
+            cache: Arc::clone(&parts.cache),
+            reporter: events::controller_reporter(),
+            default_service_account: args.default_service_account.clone(),
+            git_timeout: args.git_timeout,
+            concurrency: args.application_concurrency.max(1),
+            resync: args.application_resync_interval,
+            crd_timeout: args.crd_establish_timeout,
+            watches: Arc::new(watches),
+            fault: fault::FaultPoint::from_env(),
+            metrics: metrics.clone(),
+            health_rules: health::HealthRules::watch(client.clone(), stop.clone()),
+            renderers: renderers(args, metrics),
+            notifier: Arc::new(notify::Notifier::new(
+                client.clone(),
+                events::controller_reporter(),
+                metrics.clone(),
+                args.notification_queue_size,
+                args.notification_timeout,
+            )?),
+            repositories,
+            service_accounts,
+            revisions,
+            dry_runs: kuvryn_sync_apply::memo::DryRunMemo::new(args.application_resync_interval),
+            shard: scope,
+        });
+        Ok(tokio::spawn(application::run(
+            applications,
+            (repository_writer, account_writer, revision_writer),
+            triggers,
+            stop.clone().cancelled_owned(),
+        )))
+    }
+
+    /// Stop the reconcilers and wait until every reconcile in flight has ended.
+    async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        for (name, task) in self.tasks {
+            task.await.with_context(|| format!("{name} controller task"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Keep the state gauges' stores of Applications and Repositories current (for the life of the
+/// process).
 async fn fill_state_gauges(
     client: kube::Client,
-    (applications, repositories): (
-        kube::runtime::reflector::store::Writer<kuvryn_sync_api::Application>,
-        kube::runtime::reflector::store::Writer<kuvryn_sync_api::Repository>,
-    ),
-    stop: tokio_util::sync::CancellationToken,
+    (applications, repositories): GaugeWriters,
+    config: kube::runtime::watcher::Config,
 ) {
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
-    let config = || watcher::Config::default().any_semantic();
-    let apps = reflector(applications, watcher(Api::all(client.clone()), config()))
+    let apps = reflector(applications, watcher(Api::all(client.clone()), config.clone()))
         .default_backoff()
         .for_each(|_| async {});
-    let repos = reflector(repositories, watcher(Api::all(client), config()))
+    let repos = reflector(repositories, watcher(Api::all(client), config))
         .default_backoff()
         .for_each(|_| async {});
-    tokio::select! {
-        () = stop.cancelled() => {},
-        _ = futures::future::join(apps, repos) => {},
-    }
+    futures::future::join(apps, repos).await;
 }
 
 /// Annotate the leader Lease with this build's version (`keys::CONTROLLER_VERSION`), which
 /// `ksync version` and `ksync check` read. Best effort: a failure is logged, never fatal.
-async fn record_version(client: &kube::Client, namespace: &str) {
+async fn record_version(client: &kube::Client, namespace: &str, lease: &str) {
     use k8s_openapi::api::coordination::v1::Lease;
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let patch = serde_json::json!({"metadata": {"annotations": {
         kuvryn_sync_api::keys::CONTROLLER_VERSION: env!("CARGO_PKG_VERSION"),
     }}});
     let params = kube::api::PatchParams::default();
-    if let Err(err) = leases.patch(LEASE_NAME, &params, &kube::api::Patch::Merge(&patch)).await {
+    if let Err(err) = leases.patch(lease, &params, &kube::api::Patch::Merge(&patch)).await {
         tracing::warn!(%err, "cannot record the controller's version on its Lease");
     }
 }

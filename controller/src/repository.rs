@@ -57,6 +57,8 @@ pub struct RepositoryContext {
     pub image_update: Arc<image_update::ImageWriteBack>,
     /// Reconcile and Git durations.
     pub metrics: kuvryn_sync_runtime::metrics::ControllerMetrics,
+    /// The controller's shard: which Repositories it reconciles.
+    pub shard: crate::shards::Scope,
 }
 
 /// Errors that make the reconcile retry with backoff (API server trouble); source, credential
@@ -84,8 +86,10 @@ pub async fn run(
 ) {
     // Spec changes and annotation changes (the push receivers set
     // sync.kuvryn.io/reconcile-requested-at).
-    let (reader, stream) =
-        triggers::spec_or_annotation_changes(Api::<Repository>::all(ctx.client.clone()));
+    let (reader, stream) = triggers::spec_or_annotation_changes(
+        Api::<Repository>::all(ctx.client.clone()),
+        ctx.shard.clone(),
+    );
     let mut controller = Controller::for_stream(stream, reader.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(ctx.concurrency));
     // With image write-back on, a new ImagePolicy selection reconciles the Repositories with

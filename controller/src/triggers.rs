@@ -9,10 +9,14 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 
-/// A cluster-wide watch of `api`'s kind feeding a reflector store: the store, and the stream of
-/// objects whose spec or annotations changed.
+use crate::shards::Scope;
+
+/// A cluster-wide watch of `api`'s kind, narrowed to the controller's shard (`scope`), feeding a
+/// reflector store: the store (which holds only the objects in scope, so only they are
+/// reconciled), and the stream of objects whose spec or annotations changed.
 pub fn spec_or_annotation_changes<K>(
     api: Api<K>,
+    scope: Scope,
 ) -> (Store<K>, impl Stream<Item = Result<K, watcher::Error>> + Send)
 where
     K: Resource
@@ -25,17 +29,14 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(
-            predicates::generation
-                .combine(predicates::annotations)
-                .combine(predicates::finalizers)
-                .combine(being_deleted),
-            Default::default(),
-        );
+    let events = watcher(api, scope.watcher_config()).default_backoff();
+    let stream = scope.narrow(events).reflect(writer).applied_objects().predicate_filter(
+        predicates::generation
+            .combine(predicates::annotations)
+            .combine(predicates::finalizers)
+            .combine(being_deleted),
+        Default::default(),
+    );
     (reader, stream)
 }
 
@@ -44,9 +45,18 @@ fn being_deleted<K: Resource>(object: &K) -> Option<u64> {
     Some(u64::from(object.meta().deletion_timestamp.is_some()))
 }
 
-/// Log a failed reconcile of `kind` (the error policy has already scheduled the retry).
-pub fn log_failure<E: std::fmt::Display>(kind: &str, result: &Result<impl Sized, E>) {
-    if let Err(err) = result {
-        tracing::warn!(%err, kind, "reconcile failed");
+/// Log a failed reconcile of `kind` (the error policy has already scheduled the retry). A
+/// request for an object the store does not hold is not a failure: a sharded controller is
+/// asked about other shards' Applications by the shared watches, and skips them.
+pub fn log_failure<E: std::error::Error + 'static>(
+    kind: &str,
+    result: &Result<impl Sized, kube::runtime::controller::Error<E, watcher::Error>>,
+) {
+    match result {
+        Err(kube::runtime::controller::Error::ObjectNotFound(object)) => {
+            tracing::debug!(%object, kind, "not in this controller's shard; skipped");
+        }
+        Err(err) => tracing::warn!(%err, kind, "reconcile failed"),
+        Ok(_) => {}
     }
 }

@@ -22,6 +22,8 @@ use kuvryn_sync_api::{Application, ManagedKind, keys};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::shards::Scope;
+
 /// Reconcile requests queued at most; more are dropped (the resync still covers them).
 pub const QUEUE: usize = 1024;
 
@@ -31,6 +33,8 @@ pub struct ManagedWatches {
     triggers: mpsc::Sender<ObjectRef<Application>>,
     stop: CancellationToken,
     started: Mutex<BTreeSet<(String, String)>>,
+    /// Requests for Applications outside the controller's shard are not queued.
+    scope: Scope,
 }
 
 impl std::fmt::Debug for ManagedWatches {
@@ -44,9 +48,11 @@ impl ManagedWatches {
     pub fn new(
         client: kube::Client,
         stop: CancellationToken,
+        scope: Scope,
     ) -> (Self, mpsc::Receiver<ObjectRef<Application>>) {
         let (triggers, receiver) = mpsc::channel(QUEUE);
-        (Self { client, triggers, stop, started: Mutex::new(BTreeSet::new()) }, receiver)
+        let started = Mutex::new(BTreeSet::new());
+        (Self { client, triggers, stop, started, scope }, receiver)
     }
 
     /// Start a watch for each of `kinds` not watched yet.
@@ -57,7 +63,7 @@ impl ManagedWatches {
                 tokio::spawn(watch_kind(
                     self.client.clone(),
                     kind.clone(),
-                    self.triggers.clone(),
+                    (self.triggers.clone(), self.scope.clone()),
                     self.stop.clone(),
                 ));
             }
@@ -68,7 +74,7 @@ impl ManagedWatches {
 async fn watch_kind(
     client: kube::Client,
     kind: ManagedKind,
-    triggers: mpsc::Sender<ObjectRef<Application>>,
+    requests: Requests,
     stop: CancellationToken,
 ) {
     let (group, version) = match kind.api_version.rsplit_once('/') {
@@ -88,7 +94,7 @@ async fn watch_kind(
     let api: Api<PartialObjectMeta<kube::api::DynamicObject>> = Api::all_with(client, &resource);
     let mut warned = false;
     loop {
-        if watch_until_forbidden(&api, &kind, &triggers, &stop).await == Watched::Stopped {
+        if watch_until_forbidden(&api, &kind, &requests, &stop).await == Watched::Stopped {
             return;
         }
         if !std::mem::replace(&mut warned, true) {
@@ -97,7 +103,7 @@ async fn watch_kind(
                 "the controller may not watch this managed kind: listing it periodically \
                  instead and trying the watch again");
         }
-        if list_periodically(&lister, &triggers, &stop).await == Watched::Stopped {
+        if list_periodically(&lister, &requests, &stop).await == Watched::Stopped {
             return;
         }
     }
@@ -120,7 +126,7 @@ enum Watched {
 async fn watch_until_forbidden(
     api: &Api<PartialObjectMeta<kube::api::DynamicObject>>,
     kind: &ManagedKind,
-    triggers: &mpsc::Sender<ObjectRef<Application>>,
+    requests: &Requests,
     stop: &CancellationToken,
 ) -> Watched {
     let config = watcher::Config::default().labels(keys::APPLICATION);
@@ -134,7 +140,7 @@ async fn watch_until_forbidden(
         match event {
             None => return Watched::Stopped,
             Some(Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object))) => {
-                request_reconcile(triggers, &object);
+                request_reconcile(requests, &object);
             }
             Some(Ok(_)) => {}
             Some(Err(
@@ -152,7 +158,7 @@ async fn watch_until_forbidden(
 /// tried again).
 async fn list_periodically(
     api: &Api<kube::api::DynamicObject>,
-    triggers: &mpsc::Sender<ObjectRef<Application>>,
+    requests: &Requests,
     stop: &CancellationToken,
 ) -> Watched {
     let params = kube::api::ListParams::default().labels(keys::APPLICATION);
@@ -163,7 +169,7 @@ async fn list_periodically(
             let now: Listed = list.items.into_iter().map(|o| (listed_key(&o), o)).collect();
             if let Some(before) = &before {
                 for object in moved(before, &now) {
-                    request_reconcile(triggers, object);
+                    request_reconcile(requests, object);
                 }
             }
             before = Some(now);
@@ -204,15 +210,19 @@ fn moved<'a>(
     changed.chain(gone).map(|(_, object)| object).collect()
 }
 
-/// Queue the Application `object`'s labels name; a full queue drops the request (the resync
-/// covers it).
+/// Where reconcile requests go, and which Applications this replica reconciles.
+type Requests = (mpsc::Sender<ObjectRef<Application>>, Scope);
+
+/// Queue the Application `object`'s labels name, when this replica's shard owns it; a full
+/// queue drops the request (the resync covers it).
 fn request_reconcile(
-    triggers: &mpsc::Sender<ObjectRef<Application>>,
+    (triggers, scope): &Requests,
     object: &PartialObjectMeta<kube::api::DynamicObject>,
 ) {
     let Some(labels) = object.metadata.labels.as_ref() else { return };
     if let (Some(name), Some(namespace)) =
         (labels.get(keys::APPLICATION), labels.get(keys::APPLICATION_NAMESPACE))
+        && scope.owns_name(namespace, name)
     {
         let _ = triggers.try_send(ObjectRef::new(name).within(namespace));
     }

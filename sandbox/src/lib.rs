@@ -25,6 +25,7 @@ mod matchcond;
 mod metavalid;
 mod openapi;
 mod protobuf;
+mod requestlog;
 mod resources;
 mod schema;
 mod selector;
@@ -41,6 +42,7 @@ mod webhookconfig;
 pub mod harness;
 
 pub use faults::{Fault, Injected};
+pub use requestlog::RequestRecord;
 
 use anyhow::Context;
 use base64::Engine;
@@ -135,6 +137,7 @@ impl Sandbox {
             services: webhookclient::ServiceMap::default(),
             faults: faults::Faults::default(),
             tokens: Default::default(),
+            requests: Default::default(),
         });
         let app_handle = app.clone();
         let router = axum::Router::new().fallback(
@@ -235,6 +238,17 @@ impl Sandbox {
         let path = self.kubeconfig.with_file_name(format!("kubeconfig-{safe}"));
         write_private(&path, &kubeconfig_yaml(&self.url(), &self.ca_pem, &token))?;
         Ok(path)
+    }
+
+    /// Start recording every request (who, what, when, the response code): the audit log a
+    /// test reads with [`requests`](Self::requests).
+    pub fn record_requests(&self) {
+        self.app.requests.enable();
+    }
+
+    /// The requests recorded since [`record_requests`](Self::record_requests).
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.app.requests.records()
     }
 
     /// Inject faults for a verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,

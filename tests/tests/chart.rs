@@ -372,7 +372,7 @@ fn chart_rbac_is_exact_and_least_privilege() {
     assert_eq!(lease_role["metadata"]["namespace"], NAMESPACE);
     assert_eq!(
         lease_role["rules"],
-        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update", "patch"]}])
+        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "create", "update", "patch"]}])
     );
 
     // Invariants over every rule, so a new rule cannot quietly widen access.
@@ -894,4 +894,44 @@ fn chart_monitoring_add_ons_are_opt_in() {
             .expect("the dashboard is JSON");
     assert_eq!(json["uid"], "kuvryn-sync");
     assert!(json["panels"].as_array().is_some_and(|p| p.len() > 10));
+}
+
+#[test]
+fn chart_label_shards_run_one_deployment_per_shard_beside_the_unlabelled_one() {
+    let r = render(json!({"controller": {"shards": ["eu", "us-1"], "replicas": 2}}));
+    assert_eq!(kind_counts(&r)["Deployment"], 4, "webhook, main controller and two shards");
+    let main = args(&r, CONTROLLER);
+    assert!(main.contains(&"--shard-unlabelled".to_owned()), "{main:?}");
+    assert!(!main.iter().any(|a| a.starts_with("--shard=")), "{main:?}");
+    for shard in ["eu", "us-1"] {
+        let name = format!("{CONTROLLER}-shard-{shard}");
+        let a = args(&r, &name);
+        assert_eq!(
+            a.iter().filter(|x| x.starts_with("--shard")).collect::<Vec<_>>(),
+            [&format!("--shard={shard}")]
+        );
+        let deploy = r.get("Deployment", &name);
+        assert_eq!(deploy["spec"]["replicas"], 2);
+        assert_eq!(deploy["spec"]["selector"]["matchLabels"]["sync.kuvryn.io/shard"], shard);
+        assert_eq!(deploy["spec"]["template"]["metadata"]["labels"]["sync.kuvryn.io/shard"], shard);
+        // Same component: the NetworkPolicy, metrics Service and PodMonitor cover shard pods.
+        assert_eq!(
+            deploy["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"],
+            "controller"
+        );
+    }
+    // Without shards the controller is unsharded, as before.
+    let plain = args(&render(json!({})), CONTROLLER);
+    assert!(!plain.iter().any(|a| a.starts_with("--shard")), "{plain:?}");
+}
+
+#[test]
+fn chart_automatic_shards_and_bad_shard_names() {
+    let r = render(json!({"controller": {"automaticShards": 3, "replicas": 3}}));
+    assert_eq!(kind_counts(&r)["Deployment"], 2);
+    assert!(args(&r, CONTROLLER).contains(&"--shards=3".to_owned()));
+    let both = render_error(json!({"controller": {"shards": ["eu"], "automaticShards": 3}}));
+    assert!(both.contains("cannot be combined"), "{both}");
+    let bad = render_error(json!({"controller": {"shards": ["EU_1"]}}));
+    assert!(bad.contains("shards"), "{bad}");
 }

@@ -30,6 +30,8 @@ pub struct App {
     pub faults: crate::faults::Faults,
     /// Bearer tokens of further identities (see `Sandbox::user_kubeconfig`).
     pub tokens: std::sync::RwLock<HashMap<String, UserInfo>>,
+    /// The opt-in request log (`Sandbox::record_requests`).
+    pub requests: crate::requestlog::RequestLog,
 }
 
 pub type Query = HashMap<String, String>;
@@ -104,10 +106,27 @@ pub async fn handle(
 ) -> Response {
     let q = parse_query(uri.query());
     let path = uri.path().to_string();
-    match route(&app, &method, &path, &q, &headers, body).await {
+    let started = std::time::SystemTime::now();
+    let response = match route(&app, &method, &path, &q, &headers, body).await {
         Ok(r) => r,
         Err(e) => error_response(&e),
+    };
+    if app.requests.enabled() {
+        app.requests.push(crate::requestlog::RequestRecord {
+            method: method.to_string(),
+            path,
+            query: uri.query().unwrap_or_default().to_owned(),
+            user: authenticate(&app, &headers).map(|u| u.username).unwrap_or_default(),
+            impersonated: headers
+                .get("impersonate-user")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            started,
+            finished: std::time::SystemTime::now(),
+            code: response.status().as_u16(),
+        });
     }
+    response
 }
 
 fn authenticate(app: &App, headers: &HeaderMap) -> ApiResult<UserInfo> {

@@ -437,6 +437,13 @@ pub mod keys {
     /// Lease annotation (not in the reference): the leader controller's build version, written
     /// when it is elected; `ksync version` and `ksync check` read it.
     pub const CONTROLLER_VERSION: &str = "sync.kuvryn.io/controller-version";
+    /// Label on Applications and Repositories (not in the reference), set by users: the
+    /// controller shard that reconciles the object (controllers started with `--shard NAME`);
+    /// copied by the controller onto the Application's Revisions.
+    pub const SHARD: &str = "sync.kuvryn.io/shard";
+    /// Label on the controller's own Leases in automatic sharding (`--shards N`, not in the
+    /// reference): `shard` on the per-shard Leases, `replica` on each replica's presence Lease.
+    pub const SHARD_LEASE: &str = "sync.kuvryn.io/shard-lease";
 
     /// Every label and annotation key the code sets or reads, with where it lives and what it
     /// means: the "Labels and annotations" section of `docs/api.md` is generated from it.
@@ -522,6 +529,14 @@ pub mod keys {
         (
             CONTROLLER_VERSION,
             "Annotation on the controller's leader Lease: the leader's build version, written when it is elected; read by `ksync version` and `ksync check`.",
+        ),
+        (
+            SHARD,
+            "Label on Applications and Repositories, set by users: the controller shard (`--shard NAME`) that reconciles the object; unlabelled objects go to the controller started with `--shard-unlabelled` (or to an unsharded controller). Copied onto the Application's Revisions. See docs/sharding.md.",
+        ),
+        (
+            SHARD_LEASE,
+            "Label on the controller's Leases in automatic sharding (`--shards N`): `shard` on the per-shard Leases, `replica` on each replica's presence Lease. Set by the controller.",
         ),
     ];
 

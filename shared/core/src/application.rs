@@ -1711,7 +1711,12 @@ fn revision_for(app: &Application, planned: &Planned, existing: Option<&Revision
     let mut revision =
         Revision::new(&revision_name(&name, &planned.commit, &planned.desired.hash), spec);
     revision.metadata.namespace = app.metadata.namespace.clone();
-    revision.metadata.labels = Some([(keys::APPLICATION.to_owned(), name)].into());
+    let mut labels = std::collections::BTreeMap::from([(keys::APPLICATION.to_owned(), name)]);
+    // A sharded controller watches only its shard's Revisions (docs/sharding.md).
+    if let Some(shard) = app.metadata.labels.as_ref().and_then(|l| l.get(keys::SHARD)) {
+        labels.insert(keys::SHARD.to_owned(), shard.clone());
+    }
+    revision.metadata.labels = Some(labels);
     revision.metadata.owner_references = app.controller_owner_ref(&()).map(|o| vec![o]);
     revision.status =
         Some(RevisionStatus { chart_digest: planned.chart_digest.clone(), ..Default::default() });

@@ -37,6 +37,7 @@
 //! | [`admission`] | what an Application request may change in its approval and rollback annotations, and what the webhook records |
 //! | [`application`] | an Application sync: its Revision, status, Events and step |
 //! | [`notify`] | which Events notify, sink payloads, HMAC signing, delivery retries, sink validity, `NotificationsReady` |
+//! | [`shards`] | which controller shard an object belongs to, shard names, which shard Leases a replica claims |
 
 pub mod admission;
 pub mod application;
@@ -69,5 +70,6 @@ pub mod redact;
 pub mod repository;
 pub mod rollback;
 pub mod rollout;
+pub mod shards;
 pub mod url;
 pub mod yaml;

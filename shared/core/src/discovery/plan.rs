@@ -126,6 +126,9 @@ fn desired_application(
     app.metadata.namespace = Some(rules.namespace.to_owned());
     let mut labels = entry.labels.clone();
     labels.insert(keys::REPOSITORY.to_owned(), rules.repo.to_owned());
+    if let Some(shard) = rules.shard {
+        labels.insert(keys::SHARD.to_owned(), shard.to_owned());
+    }
     let mut annotations = entry.annotations.clone();
     annotations.insert(keys::DISCOVERED_FROM.to_owned(), entry.path.clone());
     app.metadata.labels = Some(labels);

@@ -18,6 +18,9 @@ pub(super) struct RepositoryRules<'a> {
     pub policy: &'a ApplicationPolicy,
     /// `spec.applicationServiceAccountName`, when set and not empty.
     pub service_account: Option<&'a str>,
+    /// The Repository's `sync.kuvryn.io/shard` label: its discovered Applications go to the
+    /// same controller shard (docs/sharding.md).
+    pub shard: Option<&'a str>,
 }
 
 impl<'a> RepositoryRules<'a> {
@@ -39,6 +42,12 @@ impl<'a> RepositoryRules<'a> {
                 .application_service_account_name
                 .as_deref()
                 .filter(|s| !s.is_empty()),
+            shard: repository
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(keys::SHARD))
+                .map(String::as_str),
         })
     }
 

@@ -582,3 +582,20 @@ fn repository_without_identity_is_refused() {
     let refusal = refusal(plan_discovery(&repo, &[], &[]));
     assert_eq!(refusal.errors, vec![DiscoveryError::InvalidRepository]);
 }
+
+#[test]
+fn discovered_applications_take_the_repository_shard() {
+    let shard_of =
+        |app: &Application| app.metadata.labels.as_ref().and_then(|l| l.get(keys::SHARD)).cloned();
+    let unlabelled = plan(discover(&strict(), &team(&[entry("payments", json!({}))]), &[]));
+    assert_eq!(shard_of(&unlabelled.create[0]), None);
+    let mut repo = strict();
+    repo.metadata.labels = Some(BTreeMap::from([(keys::SHARD.to_owned(), "eu".to_owned())]));
+    let labelled = plan(discover(&repo, &team(&[entry("payments", json!({}))]), &[]));
+    assert_eq!(shard_of(&labelled.create[0]).as_deref(), Some("eu"));
+    // An existing discovered Application without the label is updated to carry it.
+    let existing = unlabelled.create[0].clone();
+    let moved = plan(discover(&repo, &team(&[entry("payments", json!({}))]), &[existing]));
+    assert_eq!(moved.update.len(), 1, "{moved:?}");
+    assert_eq!(shard_of(&moved.update[0]).as_deref(), Some("eu"));
+}
