@@ -208,24 +208,6 @@ async fn a_local_chart_layers_values_applies_its_crd_first_and_keeps_secret_valu
         })
     );
 
-    // A valuesFrom ConfigMap that changes is rendered again within seconds, not at the resync
-    // five minutes later: Applications are woken by the objects they read by name.
-    let patch = json!({"data": {"values.yaml": "fromConfigMap: changed\nfromSecret: from-configmap\n\
-                                               inline: from-configmap\n"}});
-    env.api::<ConfigMap>()
-        .patch("team-values", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
-        .await?;
-    kuvryn_sync_tests::cluster::wait_for(
-        "the changed valuesFrom ConfigMap rendered",
-        std::time::Duration::from_secs(30),
-        || async {
-            let data = config_map_data(&env, "kuvryn-sync-settings").await?;
-            let value = data.as_ref().map(|d| d["fromConfigMap"].clone());
-            Ok((value.clone().filter(|v| v == "changed"), format!("{value:?}")))
-        },
-    )
-    .await?;
-
     // The CRD from crds/ and the custom resource the chart templates: both planned, both exist
     // (the Widget could only be created once its CRD was served).
     let plan = env.revision("web", &commit).await?.status.and_then(|s| s.plan).context("plan")?;
@@ -286,6 +268,24 @@ async fn a_local_chart_layers_values_applies_its_crd_first_and_keeps_secret_valu
     assert!(!ok, "an Application with releaseName Web_Release was accepted: {out}");
     assert!(out.contains("spec.source.render.helm.releaseName"), "{out}");
     assert!(env.api::<Application>().get_opt("bad-release").await?.is_none());
+
+    // A valuesFrom ConfigMap that changes is rendered again within seconds, not at the resync
+    // five minutes later: Applications are woken by the objects they read by name.
+    let patch = json!({"data": {"values.yaml": "fromConfigMap: changed\nfromSecret: from-configmap\n\
+                                               inline: from-configmap\n"}});
+    env.api::<ConfigMap>()
+        .patch("team-values", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await?;
+    kuvryn_sync_tests::cluster::wait_for(
+        "the changed valuesFrom ConfigMap rendered",
+        std::time::Duration::from_secs(30),
+        || async {
+            let data = config_map_data(&env, "kuvryn-sync-settings").await?;
+            let value = data.as_ref().map(|d| d["fromConfigMap"].clone());
+            Ok((value.clone().filter(|v| v == "changed"), format!("{value:?}")))
+        },
+    )
+    .await?;
     Ok(())
 }
 
