@@ -55,10 +55,25 @@ pub fn leader_of(lease: &Lease, now: Timestamp) -> Leader {
     }
 }
 
-/// The controller's leader Lease, if any.
+/// The controller's leader Lease, if any; a sharded install has none, and its most recently
+/// renewed shard Lease (`kuvryn-sync-controller-shard-…`) stands for it.
 pub async fn leader(client: &kube::Client, namespace: &str) -> Result<Option<Leader>> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), namespace);
-    Ok(leases.get_opt(CONTROLLER_NAME).await?.map(|l| leader_of(&l, Timestamp::now())))
+    if let Some(lease) = leases.get_opt(CONTROLLER_NAME).await? {
+        return Ok(Some(leader_of(&lease, Timestamp::now())));
+    }
+    let all = leases.list(&Default::default()).await?.items;
+    Ok(freshest_shard_lease(&all).map(|l| leader_of(l, Timestamp::now())))
+}
+
+/// Of `leases`, the controller's shard Lease renewed last.
+pub fn freshest_shard_lease(leases: &[Lease]) -> Option<&Lease> {
+    let prefix = format!("{CONTROLLER_NAME}-shard-");
+    leases
+        .iter()
+        .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with(&prefix)))
+        .filter(|l| l.spec.as_ref().and_then(|s| s.holder_identity.as_ref()).is_some())
+        .max_by_key(|l| l.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0))
 }
 
 /// One component Deployment.
@@ -123,6 +138,26 @@ mod tests {
         assert_eq!(fresh.version.as_deref(), Some("0.1.0"));
         assert!(fresh.current);
         assert!(!leader_of(&lease, at("2026-12-01T10:01:00Z")).current);
+    }
+
+    #[test]
+    fn a_sharded_install_is_represented_by_its_freshest_held_shard_lease() {
+        let lease = |name: &str, holder: Option<&str>, renewed: &str| -> Lease {
+            serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"holderIdentity": holder, "renewTime": renewed},
+            }))
+            .expect("lease")
+        };
+        let leases = [
+            lease("other-app", Some("x"), "2026-12-01T10:00:30.000000Z"),
+            lease(&format!("{CONTROLLER_NAME}-shard-0"), Some("a"), "2026-12-01T10:00:10.000000Z"),
+            lease(&format!("{CONTROLLER_NAME}-shard-1"), Some("b"), "2026-12-01T10:00:20.000000Z"),
+            lease(&format!("{CONTROLLER_NAME}-shard-2"), None, "2026-12-01T10:00:25.000000Z"),
+        ];
+        let found = freshest_shard_lease(&leases).and_then(|l| l.metadata.name.clone());
+        assert_eq!(found, Some(format!("{CONTROLLER_NAME}-shard-1")));
+        assert!(freshest_shard_lease(&leases[..1]).is_none(), "not ours");
     }
 
     #[test]
