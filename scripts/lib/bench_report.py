@@ -5,6 +5,7 @@
   bench_report.py check FIGURES       every line parses and has name, value, unit, N
   bench_report.py html FIGURES OUTDIR OUTDIR/report.html with inline SVG plots, and each plot
                                       as OUTDIR/<plot>.svg (what docs/performance.md embeds)
+  bench_report.py markdown FIGURES    every figure as a Markdown table (for docs/performance.md)
 
 The benchmarks (tests/benches/*.rs) print one JSON object per measurement, keyed by "bench";
 `figures` turns each into figures of one shape:
@@ -396,6 +397,17 @@ engine measured in the same run; a dashed line marks a goal.</p>
     return [slug for slug, _ in made]
 
 
+def markdown(figs):
+    lines = ["| figure | N | value | unit | baseline | baseline is | goal |",
+             "|---|---:|---:|---|---:|---|---:|"]
+    for f in figs:
+        lines.append(f"| {f['name']} | {f['N']} | {fmt(f['value'])} | {f['unit']} | "
+                     f"{fmt(f.get('baseline')) if 'baseline' in f else ''} | "
+                     f"{f.get('baseline_name') or ''} | "
+                     f"{fmt(f.get('goal')) if 'goal' in f else ''} |")
+    return "\n".join(lines)
+
+
 def main(argv):
     if len(argv) >= 2 and argv[0] == "figures":
         for line in figures(argv[1:]):
@@ -407,6 +419,9 @@ def main(argv):
     if len(argv) == 3 and argv[0] == "html":
         made = write_html(check(argv[1]), argv[2])
         print(f"{argv[2]}/report.html with {len(made)} plots: {', '.join(made)}")
+        return 0
+    if len(argv) == 2 and argv[0] == "markdown":
+        print(markdown(check(argv[1])))
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -42,10 +42,10 @@
 //! Then, unless `KSYNC_SCALE_PHASES` (a comma-separated list of `push`, `resync`, `steady`; all
 //! three by default) leaves them out:
 //!
-//! - **push → apply start** through the receiver and **a monorepo commit touching 1 of N**
-//!   (`scale/push.rs`), on the first controller before it stops: `KSYNC_SCALE_PUSHES` pushes
-//!   (3 by default);
 //! - the **re-sync with nothing changed** above;
+//! - **push → apply start** through the receiver and **a monorepo commit touching 1 of N**
+//!   (`scale/push.rs`), on a controller started afresh once the re-sync is checked:
+//!   `KSYNC_SCALE_PUSHES` pushes (3 by default);
 //! - **steady-state CPU** (`scale/steady.rs`): a third controller started with
 //!   `--application-resync-interval` of `KSYNC_SCALE_RESYNC_S` seconds (10 by default; the
 //!   performance suite, `scripts/bench`, uses 60), its CPU over one resync of every Application.
@@ -269,12 +269,16 @@ async fn main() -> Result<()> {
                "goal_ratio": GOAL_RATIO})
     );
     report_problems("while syncing", &warnings);
-    if phases.push {
-        push::run(&env, &names, pushes).await?;
-    }
     stop_controller(&mut env).await?;
     if phases.resync {
         resync_unchanged(&mut env, &names).await?;
+        stop_controller(&mut env).await?;
+    }
+    if phases.push {
+        // A controller of its own, started after the re-sync's checks, as production runs it.
+        env.start_controller(&[("NO_COLOR", "1")])?;
+        steady::wait_renders(&env, (0, 0), apps, "the start-up pass").await?;
+        push::run(&env, &names, pushes).await?;
         stop_controller(&mut env).await?;
     }
     if phases.steady {

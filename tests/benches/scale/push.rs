@@ -10,12 +10,15 @@
 //!   the new commit appearing (followed with one watch of Revisions: the controller writes the
 //!   Revision before it applies anything);
 //! - **applied**: until that Application reports the commit deployed and `Ready=True/Healthy`;
-//! - **the whole commit**: until every Application has taken the commit as its desired revision,
-//!   with the renders counted meanwhile (`kuvryn_sync_renders_total`: engine runs and cache hits)
+//! - **the whole commit**: until every Application reports the commit deployed and is Ready
+//!   (an untouched one too: it records the commit with nothing to apply), with the renders
+//!   counted meanwhile (`kuvryn_sync_renders_total`: engine runs and cache hits)
 //!   and the API requests sent. Only the touched Application's folder changed, so one engine
 //!   render per commit is the goal.
 //!
 //! Pushes run one after another: the next starts once every Application took the previous one.
+//! The controller's last writes for a commit (Revision status, Events) may follow the
+//! Application's status by a moment; nothing after this phase checks for writes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -182,8 +185,7 @@ async fn wait_revision(
     }
 }
 
-/// When `target` was deployed at `commit` and Ready, and when every Application had taken
-/// `commit` as its desired revision.
+/// When `target` was deployed at `commit` and Ready, and when every Application was.
 async fn wait_taken(
     env: &Env,
     names: &[String],
@@ -214,15 +216,15 @@ async fn wait_taken(
         if !wanted.contains(name.as_str()) {
             continue;
         }
-        let status = app.status.as_ref();
-        if status.and_then(|s| s.desired_revision.as_deref()) == Some(commit) {
+        let deployed = app.status.as_ref().and_then(|s| s.deployed_revision.as_deref())
+            == Some(commit)
+            && ready(&app).is_some_and(|(s, r, _)| s == "True" && r == "Healthy");
+        if deployed {
             taken.insert(name.clone());
+        } else {
+            taken.remove(&name);
         }
-        if name == target
-            && applied.is_none()
-            && status.and_then(|s| s.deployed_revision.as_deref()) == Some(commit)
-            && ready(&app).is_some_and(|(s, r, _)| s == "True" && r == "Healthy")
-        {
+        if name == target && applied.is_none() && deployed {
             applied = Some(start.elapsed());
         }
         if let (Some(applied), true) = (applied, taken.len() == names.len()) {

@@ -86,7 +86,12 @@ fn total(counts: (u64, u64)) -> u64 {
 }
 
 /// Wait until `apps` renders or cache hits were counted since `since`; returns the counts then.
-async fn wait_renders(env: &Env, since: (u64, u64), apps: usize, what: &str) -> Result<(u64, u64)> {
+pub(super) async fn wait_renders(
+    env: &Env,
+    since: (u64, u64),
+    apps: usize,
+    what: &str,
+) -> Result<(u64, u64)> {
     let goal = total(since) + apps as u64;
     wait_for(&format!("{what}: {apps} reconciles"), READY_DEADLINE, || async {
         let now = renders(env).await?;
