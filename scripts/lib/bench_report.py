@@ -121,7 +121,7 @@ def webhook(r):
         return [fig("webhook_admission_p99", r["admission_p99_ms"], "ms", None, r["bench"],
                     r["baseline_p99_ms"], "/healthz on the same server and load",
                     r["goal_p99_ms"], {"errors": r["errors"]})]
-    endpoint = r["endpoint"].strip("/").replace("/", "_")
+    endpoint = r["endpoint"].split()[0].strip("/").replace("/", "_")
     detail = {"rate_per_second": r["rate_per_second"], "errors": r["errors"]}
     return [
         fig(f"webhook_{endpoint}_p50", r["p50_ms"], "ms", r["requests"], r["bench"],
