@@ -101,17 +101,24 @@ mod tests {
         assert_eq!(parse_cpu_ticks("4242 (short) S 1"), None, "too few fields");
     }
 
+    /// Spinning shows as CPU time: the meter reaches 100 ms of CPU within a deadline however
+    /// busy the machine is (a shared core may give this thread only part of the wall time).
     #[test]
     fn this_process_uses_some_cpu_while_it_spins() {
         let meter = CpuMeter::start(std::process::id()).expect("own stat");
-        let start = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(20);
         let mut x = 0u64;
-        while start.elapsed() < Duration::from_millis(200) {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-        let window = meter.read().expect("own stat");
-        assert!(window.cpu >= Duration::from_millis(50), "{window:?}");
-        assert!(window.percent_of_core() > 20.0, "{window:?}");
+        let window = loop {
+            for _ in 0..1_000_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            let window = meter.read().expect("own stat");
+            if window.cpu >= Duration::from_millis(100) || Instant::now() > deadline {
+                break window;
+            }
+        };
+        assert!(window.cpu >= Duration::from_millis(100), "{window:?}");
+        assert!(window.percent_of_core() > 0.0 && window.wall >= window.cpu / 2, "{window:?}");
     }
 
     #[test]
