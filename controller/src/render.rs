@@ -6,7 +6,8 @@
 //! Around the engine sits the render cache (`kuvryn_sync_render::cache`): after everything the
 //! render reads as the service account has been read (so a tenant that lost access fails as
 //! before), the key is computed from the Git ids of the paths it reads, those reads' digests,
-//! the render config and the engines; a hit serves the kept output (its secret values registered
+//! the render config and the engines (the Git ids are worked out once per checked-out commit and
+//! remembered, `cache::InputsMemo`, so a reconcile with nothing new does not open the repository); a hit serves the kept output (its secret values registered
 //! with the redactor like a fresh render's), a miss renders and keeps the output. Every engine run
 //! and every hit is counted in `kuvryn_sync_renders_total`.
 
@@ -140,7 +141,7 @@ pub async fn render(
     let (key, found) = tokio::task::spawn_blocking(move || {
         let shape =
             SourceShape { render_type, path: &path, values_files: &[], chart_pulled: false };
-        let key = render_key(&root, &shape, parts);
+        let key = render_key(&root, &shape, parts, &cache);
         if let Some(hit) = key.and_then(|key| cache.get(&key)) {
             return (key, Found::Hit(hit));
         }
@@ -213,10 +214,17 @@ impl SourceTree for GitTree {
 
 /// The render key of `shape` at the checkout `root`, or `None` when the render may not be cached
 /// (the checkout is not the Git cache's, or some content read is not covered by a Git id).
-/// Blocking: reads Git objects.
-fn render_key(root: &Path, shape: &SourceShape<'_>, mut parts: KeyParts) -> Option<RenderKey> {
-    let tree = GitTree(TreeIds::of_checkout(root)?);
-    parts.inputs = cache::source_inputs(&tree, shape)?;
+/// Blocking: reads Git objects the first time a checkout is keyed, from `cache`'s memo after.
+fn render_key(
+    root: &Path,
+    shape: &SourceShape<'_>,
+    mut parts: KeyParts,
+    cache: &RenderCache,
+) -> Option<RenderKey> {
+    parts.inputs = cache.inputs().get_or_compute(root, shape, || {
+        let tree = GitTree(TreeIds::of_checkout(root)?);
+        Some(cache::source_inputs(&tree, shape))
+    })?;
     Some(parts.key())
 }
 
@@ -313,7 +321,7 @@ async fn render_helm(
             values_files: &helm.values_files,
             chart_pulled: pulled.is_some(),
         };
-        let key = render_key(&root, &shape, parts);
+        let key = render_key(&root, &shape, parts, &cache);
         if let Some(hit) = key.and_then(|key| cache.get(&key)) {
             return (key, Found::Hit(hit));
         }
@@ -620,5 +628,78 @@ mod tests {
         for (what, one, other) in others {
             assert_ne!(one, other, "{what} must change the key");
         }
+    }
+
+    fn git(dir: &Path, args: &[&str]) -> String {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .output()
+            .expect("git runs");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf-8").trim().to_owned()
+    }
+
+    /// Commit `files` in `work`, push to the cache's bare repository and lay out its checkout
+    /// directory `KEY/trees/COMMIT` as the Git cache does; returns that directory.
+    fn commit(root: &Path, work: &Path, files: &[(&str, &str)]) -> PathBuf {
+        for (path, content) in files {
+            let file = work.join(path);
+            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            std::fs::write(file, content).expect("write");
+        }
+        git(work, &["add", "--all"]);
+        git(work, &["commit", "--quiet", "-m", "change"]);
+        let repo = root.join("KEY/repo");
+        git(work, &["push", "--quiet", repo.to_str().expect("utf-8"), "HEAD:refs/heads/main"]);
+        let checkout = root.join("KEY/trees").join(git(work, &["rev-parse", "HEAD"]));
+        std::fs::create_dir_all(&checkout).expect("checkout dir");
+        checkout
+    }
+
+    /// The key of an unchanged checkout is computed without opening the repository (it still
+    /// comes out the same with the repository gone), and a real change still changes it: a new
+    /// commit that changes the Application's folder gives a new key, one that leaves it alone
+    /// keeps the key.
+    #[test]
+    fn an_unchanged_checkout_is_keyed_without_the_repository_and_a_change_still_invalidates() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let work = root.path().join("work");
+        std::fs::create_dir_all(&work).expect("work");
+        git(&work, &["init", "--quiet", "--initial-branch=main"]);
+        git(root.path(), &["init", "--quiet", "--bare", "KEY/repo"]);
+        let first = commit(
+            root.path(),
+            &work,
+            &[("apps/a/cm.yaml", "a: 1\n"), ("apps/b/cm.yaml", "b: 1\n")],
+        );
+        let renderers = renderers();
+        let shape = |path| SourceShape {
+            render_type: RenderType::Yaml,
+            path,
+            values_files: &[],
+            chart_pulled: false,
+        };
+        let parts = || key_parts(&app(serde_json::json!({})), &renderers, None, None, None);
+        let key =
+            |checkout: &Path, path| render_key(checkout, &shape(path), parts(), &renderers.cache);
+        let a1 = key(&first, "apps/a").expect("a Git checkout is cacheable");
+        let b1 = key(&first, "apps/b").expect("cacheable");
+        assert_ne!(a1, b1);
+
+        // Unchanged inputs: the memo answers; the repository is not opened (it is gone).
+        let hidden = root.path().join("KEY/repo-hidden");
+        std::fs::rename(root.path().join("KEY/repo"), &hidden).expect("hide the repository");
+        assert_eq!(key(&first, "apps/a"), Some(a1), "the same checkout, the same key");
+        std::fs::rename(&hidden, root.path().join("KEY/repo")).expect("restore");
+
+        // A real change to apps/a: a new key for a, the same for b.
+        let second = commit(root.path(), &work, &[("apps/a/cm.yaml", "a: 2\n")]);
+        let a2 = key(&second, "apps/a").expect("cacheable");
+        assert_ne!(a2, a1, "a changed folder must change the key");
+        assert_eq!(key(&second, "apps/b"), Some(b1), "an untouched folder keeps its key");
+        assert_eq!(key(&first, "apps/a"), Some(a1), "the older commit is worked out again");
     }
 }

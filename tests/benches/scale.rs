@@ -39,6 +39,17 @@
 //! during the re-sync with nothing changed. Warnings and errors in the controller's log are
 //! counted and the first few printed.
 //!
+//! Then, unless `KSYNC_SCALE_PHASES` (a comma-separated list of `push`, `resync`, `steady`; all
+//! three by default) leaves them out:
+//!
+//! - the **re-sync with nothing changed** above;
+//! - **push → apply start** through the receiver and **a monorepo commit touching 1 of N**
+//!   (`scale/push.rs`), on a controller started afresh once the re-sync is checked:
+//!   `KSYNC_SCALE_PUSHES` pushes (3 by default);
+//! - **steady-state CPU** (`scale/steady.rs`): a third controller started with
+//!   `--application-resync-interval` of `KSYNC_SCALE_RESYNC_S` seconds (10 by default; the
+//!   performance suite, `scripts/bench`, uses 60), its CPU over one resync of every Application.
+//!
 //! N comes from `KSYNC_SCALE_APPS`: 100 by default (the size scripts/test runs, with
 //! `--profile dev`); 1000 is the published target:
 //!
@@ -70,6 +81,11 @@ use kuvryn_sync_tests::application::{DEADLINE, Env, env_with_workloads, ready};
 use kuvryn_sync_tests::apply::{DEPLOYER, apply_raw, grant_deployer};
 use kuvryn_sync_tests::cluster::{wait_for, workspace_binary};
 use serde_json::{Value, json};
+
+#[path = "scale/push.rs"]
+mod push;
+#[path = "scale/steady.rs"]
+mod steady;
 
 const APPS_ENV: &str = "KSYNC_SCALE_APPS";
 const DEFAULT_APPS: usize = 100;
@@ -124,6 +140,43 @@ fn manifests(name: &str) -> [(&'static str, Value); 4] {
     ]
 }
 
+/// The optional phases to run, from `KSYNC_SCALE_PHASES`.
+struct Phases {
+    push: bool,
+    resync: bool,
+    steady: bool,
+}
+
+fn phases_from_env() -> Result<Phases> {
+    let value = std::env::var("KSYNC_SCALE_PHASES").unwrap_or_else(|_| "push,resync,steady".into());
+    let listed: BTreeSet<&str> =
+        value.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    if let Some(unknown) = listed.iter().find(|p| !["push", "resync", "steady"].contains(p)) {
+        bail!("KSYNC_SCALE_PHASES={value:?}: unknown phase {unknown:?}; use push, resync, steady");
+    }
+    Ok(Phases {
+        push: listed.contains("push"),
+        resync: listed.contains("resync"),
+        steady: listed.contains("steady"),
+    })
+}
+
+/// A positive number from environment variable `name`, or `default`.
+fn number_from_env(name: &str, default: u64) -> Result<u64> {
+    match std::env::var(name) {
+        Ok(value) => match value.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => bail!("{name}={value:?}: expected a positive whole number"),
+        },
+        Err(_) => Ok(default),
+    }
+}
+
+/// The sum of a counter's samples.
+fn sum(samples: &[(Vec<String>, u64)]) -> u64 {
+    samples.iter().map(|(_, count)| count).sum()
+}
+
 fn apps_from_env() -> Result<usize> {
     match std::env::var(APPS_ENV) {
         Ok(value) => match value.trim().parse::<usize>() {
@@ -137,6 +190,9 @@ fn apps_from_env() -> Result<usize> {
 #[tokio::main]
 async fn main() -> Result<()> {
     let apps = apps_from_env()?;
+    let phases = phases_from_env()?;
+    let pushes = number_from_env("KSYNC_SCALE_PUSHES", 3)? as usize;
+    let resync = Duration::from_secs(number_from_env("KSYNC_SCALE_RESYNC_S", 10)?);
     // Names of equal width, so that no name is a prefix of another.
     let width = apps.to_string().len().max(4);
     let names: Vec<String> = (1..=apps).map(|n| format!("app-{n:0width$}")).collect();
@@ -213,14 +269,38 @@ async fn main() -> Result<()> {
                "goal_ratio": GOAL_RATIO})
     );
     report_problems("while syncing", &warnings);
+    stop_controller(&mut env).await?;
+    if phases.resync {
+        resync_unchanged(&mut env, &names).await?;
+        stop_controller(&mut env).await?;
+    }
+    if phases.push {
+        // A controller of its own, started after the re-sync's checks, as production runs it.
+        env.start_controller(&[("NO_COLOR", "1")])?;
+        steady::wait_renders(&env, (0, 0), apps, "the start-up pass").await?;
+        push::run(&env, &names, pushes).await?;
+        stop_controller(&mut env).await?;
+    }
+    if phases.steady {
+        steady::run(&mut env, apps, resync).await?;
+    }
+    Ok(())
+}
 
-    // Re-sync with nothing changed: a restarted controller, then a reconcile requested of every
-    // Application.
-    let admin = env.cluster.client();
+async fn stop_controller(env: &mut Env) -> Result<()> {
     let status = env.controller.take().context("the controller")?.terminate(DEADLINE).await?;
     if !status.success() {
         eprintln!("the controller exited with {status} on SIGTERM");
     }
+    Ok(())
+}
+
+/// Re-sync with nothing changed: a restarted controller, then a reconcile requested of every
+/// Application; fails on any write.
+async fn resync_unchanged(env: &mut Env, names: &[String]) -> Result<()> {
+    let apps = names.len();
+    let applications = env.api::<Application>();
+    let admin = env.cluster.client();
     let before = Snapshot::take(&admin, &env.namespace).await?;
     if before.objects.len() != 4 * apps {
         bail!("expected {} managed objects, found {}", 4 * apps, before.objects.len());
@@ -230,12 +310,12 @@ async fn main() -> Result<()> {
     let start = Instant::now();
     env.start_controller(&[("RUST_LOG", &format!("{rust_log},{REQUEST_LOG}")), ("NO_COLOR", "1")])?;
     let pid = controller_pid()?;
-    requests.wait_reconciled(&env, &names, "after a restart").await?;
+    requests.wait_reconciled(env, names, "after a restart").await?;
     let restart = start.elapsed();
     let start = Instant::now();
     let now = format!("{:?}", std::time::SystemTime::now());
     let annotate = json!({"metadata": {"annotations": {keys::RECONCILE_REQUESTED_AT: now}}});
-    stream::iter(&names)
+    stream::iter(names)
         .map(|name| async {
             let params = PatchParams::default();
             applications.patch(name, &params, &Patch::Merge(&annotate)).await
@@ -243,7 +323,7 @@ async fn main() -> Result<()> {
         .buffer_unordered(CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
-    requests.wait_reconciled(&env, &names, "on request").await?;
+    requests.wait_reconciled(env, names, "on request").await?;
     let requested = start.elapsed();
     let after = Snapshot::take(&admin, &env.namespace).await?;
     requests.read_new()?;

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod helm;
 pub mod image;
 pub mod install;
+pub mod perf;
 pub mod process_tree;
 pub mod receiver;
 pub mod registry;

@@ -15,12 +15,17 @@
 //!   secret values the render decrypted or read, so a hit registers them with the reconcile's
 //!   redactor exactly like a fresh render.
 //!
+//! - [`InputsMemo`] remembers what [`source_inputs`] answered for a checkout: a checkout names one
+//!   commit, whose content never changes, so a reconcile with nothing new computes its key
+//!   without opening the repository.
+//!
 //! Hand-written: the LRU is a map plus a use-ordered index (about forty lines), which spares a
 //! dependency for one structure; the key is our policy. The kustomization walk repeats the
 //! render's pre-scan ([`crate::kustomize`]) over Git objects instead of a workspace, so no copy is
 //! made just to compute a key.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use kuvryn_sync_core::desired::Rendered;
@@ -272,11 +277,97 @@ impl std::fmt::Debug for CachedRender {
     }
 }
 
-/// A bounded, thread-safe map from render keys to outputs, evicting the least recently used.
+/// What [`source_inputs`] answers: the Git id of every path read, or `None` (not cacheable).
+pub type SourceInputs = Option<BTreeMap<String, String>>;
+
+/// [`source_inputs`] remembered per checkout and shape, so that a reconcile whose inputs are
+/// unchanged computes its render key without opening the Git repository.
+///
+/// A checkout directory names one commit of one repository (the Git cache hands out
+/// `ROOT/KEY/trees/COMMIT`, `KEY` standing for the URL and credentials): its content never
+/// changes, so an answer holds for as long as that commit is the one checked out. Each entry is
+/// keyed by the checkout's parent (the repository) and the shape, and keeps the commit it was
+/// worked out for: a new commit is worked out afresh and replaces it, so there is about one entry
+/// per Application whatever the number of commits. Everything else in a render key
+/// (`spec.source.render`, `valuesFrom` data, decryption keys, engines) is read on every reconcile
+/// and never memoised here. Bounded by entry count, emptied when full (refilling costs one
+/// repository open per Application).
+#[derive(Debug)]
+pub struct InputsMemo {
+    capacity: usize,
+    entries: Mutex<HashMap<InputsKey, (PathBuf, SourceInputs)>>,
+}
+
+/// The repository and the shape of one memoised answer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct InputsKey {
+    repository: PathBuf,
+    render_type: RenderType,
+    path: String,
+    values_files: Vec<String>,
+    chart_pulled: bool,
+}
+
+impl InputsMemo {
+    /// A memo of at most `capacity` answers (0 remembers nothing).
+    pub fn new(capacity: usize) -> InputsMemo {
+        InputsMemo { capacity, entries: Mutex::new(HashMap::new()) }
+    }
+
+    /// The inputs of `shape` at the checkout `checkout`: remembered, or worked out by `compute`,
+    /// which answers `None` when the checkout's repository cannot be read (then nothing is
+    /// remembered and `None`, not cacheable, is returned).
+    pub fn get_or_compute(
+        &self,
+        checkout: &Path,
+        shape: &SourceShape<'_>,
+        compute: impl FnOnce() -> Option<SourceInputs>,
+    ) -> SourceInputs {
+        let key = InputsKey {
+            repository: checkout.parent().unwrap_or(checkout).to_path_buf(),
+            render_type: shape.render_type,
+            path: shape.path.to_owned(),
+            values_files: shape.values_files.to_vec(),
+            chart_pulled: shape.chart_pulled,
+        };
+        if let Some((at, inputs)) = self.lock().get(&key)
+            && at == checkout
+        {
+            return inputs.clone();
+        }
+        let inputs = compute()?;
+        if self.capacity > 0 {
+            let mut entries = self.lock();
+            if entries.len() >= self.capacity && !entries.contains_key(&key) {
+                entries.clear();
+            }
+            entries.insert(key, (checkout.to_path_buf(), inputs.clone()));
+        }
+        inputs
+    }
+
+    /// How many answers are remembered.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<InputsKey, (PathBuf, SourceInputs)>> {
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A bounded, thread-safe map from render keys to outputs, evicting the least recently used,
+/// with the [`InputsMemo`] its keys are computed through.
 #[derive(Debug)]
 pub struct RenderCache {
     capacity: usize,
     inner: Mutex<Lru>,
+    inputs: InputsMemo,
 }
 
 #[derive(Debug, Default)]
@@ -302,9 +393,19 @@ impl Lru {
 }
 
 impl RenderCache {
-    /// A cache of at most `capacity` outputs (0 keeps nothing).
+    /// A cache of at most `capacity` outputs (0 keeps nothing), whose [`InputsMemo`] keeps as
+    /// many answers (about one per Application).
     pub fn new(capacity: usize) -> RenderCache {
-        RenderCache { capacity, inner: Mutex::new(Lru::default()) }
+        RenderCache {
+            capacity,
+            inner: Mutex::new(Lru::default()),
+            inputs: InputsMemo::new(capacity),
+        }
+    }
+
+    /// The memo of [`source_inputs`] answers the keys of this cache are computed through.
+    pub fn inputs(&self) -> &InputsMemo {
+        &self.inputs
     }
 
     /// The output stored under `key`, now the most recently used.
@@ -416,6 +517,49 @@ mod tests {
 
     fn inputs(pairs: &[(&str, &str)]) -> Inputs {
         Some(pairs.iter().map(|(p, i)| (p.to_string(), i.to_string())).collect())
+    }
+
+    #[test]
+    fn inputs_are_worked_out_once_per_checkout_and_again_for_a_new_commit() {
+        let memo = InputsMemo::new(8);
+        let shape = SourceShape {
+            render_type: RenderType::Yaml,
+            path: "apps/a",
+            values_files: &[],
+            chart_pulled: false,
+        };
+        let counter = std::cell::Cell::new(0);
+        let computed = &counter;
+        let answer = |id: &'static str| {
+            move || {
+                computed.set(computed.get() + 1);
+                Some(inputs(&[("apps/a", id)]))
+            }
+        };
+        let first = Path::new("/cache/KEY/trees/c1");
+        assert_eq!(memo.get_or_compute(first, &shape, answer("t-1")), inputs(&[("apps/a", "t-1")]));
+        assert_eq!(
+            memo.get_or_compute(first, &shape, answer("ignored")),
+            inputs(&[("apps/a", "t-1")])
+        );
+        assert_eq!(computed.get(), 1, "the same checkout is answered from the memo");
+        let second = Path::new("/cache/KEY/trees/c2");
+        assert_eq!(
+            memo.get_or_compute(second, &shape, answer("t-2")),
+            inputs(&[("apps/a", "t-2")])
+        );
+        assert_eq!((computed.get(), memo.len()), (2, 1), "a new commit replaces the entry");
+        let other = SourceShape { path: "apps/b", ..shape };
+        assert_eq!(memo.get_or_compute(second, &other, || None), None, "unreadable: not kept");
+        assert_eq!(memo.len(), 1);
+        assert_eq!(
+            memo.get_or_compute(second, &other, answer("t-b")),
+            inputs(&[("apps/a", "t-b")])
+        );
+        assert_eq!(memo.len(), 2);
+        let none = InputsMemo::new(0);
+        none.get_or_compute(first, &shape, answer("t-1"));
+        assert!(none.is_empty(), "capacity 0 remembers nothing");
     }
 
     #[test]
