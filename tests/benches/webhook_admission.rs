@@ -139,14 +139,8 @@ fn healthy(status: u16, text: &str) -> bool {
 }
 
 fn client_trusting(ca_pem: &str) -> Result<reqwest::Client> {
-    kuvryn_sync_runtime::tls::install_crypto_provider();
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
-        roots.add(cert?)?;
-    }
-    let tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
     Ok(reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
+        .use_preconfigured_tls(kuvryn_sync_tests::tls_trusting(ca_pem)?)
         .timeout(Duration::from_secs(5))
         .pool_max_idle_per_host(64)
         .build()?)

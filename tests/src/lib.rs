@@ -40,3 +40,14 @@ pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .is_ok_and(|s| !s.lines().any(|l| l.starts_with("State:") && l.contains("zombie")))
 }
+
+/// A TLS client configuration that trusts only the CA in `ca_pem` (the test CA), for the HTTPS
+/// clients of tests and benchmarks.
+pub fn tls_trusting(ca_pem: &str) -> anyhow::Result<rustls::ClientConfig> {
+    kuvryn_sync_runtime::tls::install_crypto_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    Ok(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth())
+}

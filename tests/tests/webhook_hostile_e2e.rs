@@ -35,13 +35,7 @@ const TOKEN: &str = "hostile-e2e-hook-token";
 const C1: &str = "fd489864e7642b48eaad6e3f155c10e46810ec72";
 
 fn tls_config(ca_pem: &str) -> Result<Arc<rustls::ClientConfig>> {
-    kuvryn_sync_runtime::tls::install_crypto_provider();
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
-        roots.add(cert?)?;
-    }
-    let mut config =
-        rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let mut config = kuvryn_sync_tests::tls_trusting(ca_pem)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
