@@ -1413,12 +1413,71 @@ async fn write(
         write_status(app, namespace, status, ctx).await?;
     }
     if !decision.annotations.is_empty() {
-        let applications: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
-        let patch = serde_json::json!({"metadata": {"annotations": decision.annotations}});
-        applications.patch(&app.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        write_annotations(app, namespace, &decision.annotations, ctx).await?;
     }
     publish(app, &decision.events, redactor, ctx).await;
     Ok(written)
+}
+
+/// The decision's annotation changes, applied only while the annotations it read are as it read
+/// them: a JSON Patch that `test`s each one first. A rollback request made since (say, at once
+/// after a completion, before this write) is never removed unseen: the patch is refused and the
+/// reconcile its change triggers decides again.
+async fn write_annotations(
+    app: &Application,
+    namespace: &str,
+    changes: &std::collections::BTreeMap<String, Option<String>>,
+    ctx: &ApplicationContext,
+) -> Result<(), kube::Error> {
+    let applications: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = annotation_patch(app.metadata.annotations.as_ref(), changes);
+    match applications
+        .patch(&app.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 422 => {
+            tracing::info!(application = %app.name_any(), %namespace,
+                "annotations changed since this reconcile read them; deciding again");
+            Ok(())
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// `changes` as a JSON Patch over `observed`: a `test` of every annotation it touches (a null
+/// value tests that the annotation is absent, as kube-apiserver's JSON Patch allows), then the
+/// additions and removals.
+fn annotation_patch(
+    observed: Option<&std::collections::BTreeMap<String, String>>,
+    changes: &std::collections::BTreeMap<String, Option<String>>,
+) -> json_patch::Patch {
+    use serde_json::{Value, json};
+    let pointer =
+        |key: &str| format!("/metadata/annotations/{}", key.replace('~', "~0").replace('/', "~1"));
+    let mut ops: Vec<Value> = Vec::new();
+    let Some(observed) = observed else {
+        let added: std::collections::BTreeMap<&String, &String> =
+            changes.iter().filter_map(|(k, v)| Some((k, v.as_ref()?))).collect();
+        ops.push(json!({"op": "test", "path": "/metadata/annotations", "value": null}));
+        if !added.is_empty() {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": added}));
+        }
+        return serde_json::from_value(Value::Array(ops)).unwrap_or_default();
+    };
+    for key in changes.keys() {
+        ops.push(json!({"op": "test", "path": pointer(key), "value": observed.get(key)}));
+    }
+    for (key, value) in changes {
+        match (value, observed.contains_key(key)) {
+            (Some(value), _) => {
+                ops.push(json!({"op": "add", "path": pointer(key), "value": value}))
+            }
+            (None, true) => ops.push(json!({"op": "remove", "path": pointer(key)})),
+            (None, false) => {}
+        }
+    }
+    serde_json::from_value(Value::Array(ops)).unwrap_or_default()
 }
 
 /// Whether the live Revision already carries everything `body` would apply: then applying it
@@ -1530,4 +1589,61 @@ pub(crate) async fn publish(
 /// The service account `app` acts as, if any (the Secrets of its sinks are read as it).
 fn service_account_of<'a>(app: &'a Application, ctx: &'a ApplicationContext) -> Option<&'a str> {
     app.spec.service_account_name.as_deref().or(ctx.default_service_account.as_deref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn annotation_changes_test_what_was_read_before_writing() {
+        let observed = BTreeMap::from([
+            (keys::ROLLBACK_REVISION.to_owned(), "abc".to_owned()),
+            ("team/owner".to_owned(), "ops".to_owned()),
+        ]);
+        let changes = BTreeMap::from([
+            (keys::ROLLBACK_REVISION.to_owned(), None),
+            (keys::ROLLBACK_FROM.to_owned(), Some("def".to_owned())),
+            ("gone/already".to_owned(), None),
+        ]);
+        let patch = serde_json::to_value(annotation_patch(Some(&observed), &changes)).unwrap();
+        let escaped = |key: &str| format!("/metadata/annotations/{}", key.replace('/', "~1"));
+        assert_eq!(
+            patch,
+            serde_json::json!([
+                {"op": "test", "path": escaped("gone/already"), "value": null},
+                {"op": "test", "path": escaped(keys::ROLLBACK_FROM), "value": null},
+                {"op": "test", "path": escaped(keys::ROLLBACK_REVISION), "value": "abc"},
+                {"op": "add", "path": escaped(keys::ROLLBACK_FROM), "value": "def"},
+                {"op": "remove", "path": escaped(keys::ROLLBACK_REVISION)},
+            ])
+        );
+        // A request changed since it was read fails the test: applying refuses the whole patch.
+        let mut live = serde_json::json!({"metadata": {"annotations": {
+            keys::ROLLBACK_REVISION: "newer", "team/owner": "ops"}}});
+        let parsed: json_patch::Patch = serde_json::from_value(patch).unwrap();
+        let mut tested = parsed.clone();
+        tested
+            .0
+            .retain(|op| !matches!(op, json_patch::PatchOperation::Test(t) if t.value.is_null()));
+        assert!(json_patch::patch(&mut live, &tested).is_err());
+        assert_eq!(live["metadata"]["annotations"][keys::ROLLBACK_REVISION], "newer");
+    }
+
+    #[test]
+    fn without_annotations_the_patch_creates_the_map_only_while_there_is_none() {
+        let changes = BTreeMap::from([
+            (keys::ROLLBACK_FROM.to_owned(), Some("def".to_owned())),
+            (keys::ROLLBACK_REVISION.to_owned(), None),
+        ]);
+        let patch = serde_json::to_value(annotation_patch(None, &changes)).unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/annotations", "value": null},
+                {"op": "add", "path": "/metadata/annotations", "value": {keys::ROLLBACK_FROM: "def"}},
+            ])
+        );
+    }
 }
