@@ -1607,7 +1607,8 @@ mod tests {
             (keys::ROLLBACK_FROM.to_owned(), Some("def".to_owned())),
             ("gone/already".to_owned(), None),
         ]);
-        let patch = serde_json::to_value(annotation_patch(Some(&observed), &changes)).unwrap();
+        let patch =
+            serde_json::to_value(annotation_patch(Some(&observed), &changes)).expect("json");
         let escaped = |key: &str| format!("/metadata/annotations/{}", key.replace('/', "~1"));
         assert_eq!(
             patch,
@@ -1622,7 +1623,7 @@ mod tests {
         // A request changed since it was read fails the test: applying refuses the whole patch.
         let mut live = serde_json::json!({"metadata": {"annotations": {
             keys::ROLLBACK_REVISION: "newer", "team/owner": "ops"}}});
-        let parsed: json_patch::Patch = serde_json::from_value(patch).unwrap();
+        let parsed: json_patch::Patch = serde_json::from_value(patch).expect("a JSON Patch");
         let mut tested = parsed.clone();
         tested
             .0
@@ -1637,7 +1638,7 @@ mod tests {
             (keys::ROLLBACK_FROM.to_owned(), Some("def".to_owned())),
             (keys::ROLLBACK_REVISION.to_owned(), None),
         ]);
-        let patch = serde_json::to_value(annotation_patch(None, &changes)).unwrap();
+        let patch = serde_json::to_value(annotation_patch(None, &changes)).expect("json");
         assert_eq!(
             patch,
             serde_json::json!([
