@@ -1,6 +1,6 @@
 use super::*;
-use k8s_openapi::jiff::Timestamp;
 use HealthState::{Degraded, Healthy, Progressing, Suspended, Unknown};
+use k8s_openapi::jiff::Timestamp;
 
 fn at(seconds: i64) -> Time {
     Time(Timestamp::from_second(seconds).expect("time"))
@@ -73,7 +73,12 @@ fn fail(reason: FailureReason, message: &str, resource: ObjectKey) -> Next {
 
 /// A pre-sync hook, wave 0 (a CRD, a Deployment, a custom resource), wave 1 (a ConfigMap) and a
 /// post-sync hook, with `pre`, `wave0`, `wave1` and `post` as their members.
-fn rollout(pre: Vec<Member>, wave0: Vec<Member>, wave1: Vec<Member>, post: Vec<Member>) -> Vec<Group> {
+fn rollout(
+    pre: Vec<Member>,
+    wave0: Vec<Member>,
+    wave1: Vec<Member>,
+    post: Vec<Member>,
+) -> Vec<Group> {
     vec![
         group(Stage::PreSync, pre),
         group(Stage::Main, wave0),
@@ -89,7 +94,8 @@ fn each_rule_in_order() {
     let deploy = |changed, state| member("Deployment/api", changed, state);
     let widget = |changed| member("Widget/w", changed, Progressing);
     let cm = |changed, state| member("ConfigMap/after", changed, state);
-    let crd0 = |changed, established, since| crd("widgets.example.com", changed, established, since);
+    let crd0 =
+        |changed, established, since| crd("widgets.example.com", changed, established, since);
     let crd_key = key("CustomResourceDefinition", "widgets.example.com");
     // (what the rule is, the groups, seconds since the attempt started, the next step)
     let rows: Vec<(&str, Vec<Group>, i64, Next)> = vec![

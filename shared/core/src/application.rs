@@ -282,6 +282,9 @@ fn decide_planned(
     // Changes found after this Revision was applied are drift only while it is what runs: a
     // Revision that a rollback replaced since is deployed again.
     let deployed_here = current.deployed_revision.as_deref() == Some(planned.commit.as_str());
+    if phase == Some(RevisionPhase::Applying) && current.sync.state == SyncState::Applying {
+        return continue_attempt(current, status, planned);
+    }
 
     match phase {
         Some(RevisionPhase::Observing) if !has_changes => {
@@ -429,6 +432,9 @@ fn decide_run(
     let Some(request) = &run.request else {
         // A completed rollback holds: keep the rollback's commit running.
         match phase {
+            Some(RevisionPhase::RollingBack) if current.sync.state == SyncState::Applying => {
+                return continue_attempt(current, status, planned);
+            }
             Some(RevisionPhase::RollingBack) if !has_changes => {
                 return observe_rollout(app, current, status, planned, now);
             }
@@ -458,6 +464,9 @@ fn decide_run(
         .is_some_and(|recorded| *recorded == id);
     if this_run {
         match phase {
+            Some(RevisionPhase::RollingBack) if current.sync.state == SyncState::Applying => {
+                return continue_attempt(current, status, planned);
+            }
             Some(RevisionPhase::Failed) => {
                 return match retry(app, existing, now) {
                     Retry::Now => {
@@ -1244,7 +1253,56 @@ pub fn with_course(
     decision
 }
 
-/// The statuses after the sync step `decision` ran with `outcome`.
+/// An attempt whose sync step is under way: its Revision `Applying` (`RollingBack` for a rollback
+/// run) while the Application's sync state is `Applying`, which the sync step leaves only once
+/// every group is applied. The step goes on from where the cluster is
+/// ([`crate::advance`]), under the attempt's own deadline: nothing new is recorded (no attempt
+/// counted, no Event, Ready unchanged); only the hooks seen so far are recorded on the Revision.
+fn continue_attempt(
+    current: ApplicationStatus,
+    status: ApplicationStatus,
+    planned: &Planned,
+) -> Decision {
+    let mut revision = planned.revision.clone();
+    if let Some(status) = revision.as_mut().and_then(|r| r.status.as_mut()) {
+        status.hooks = hooks_in_progress(planned, &status.hooks);
+    }
+    let existing = planned.revision.as_ref().and_then(|r| r.status.as_ref());
+    let changed = revision.as_ref().and_then(|r| r.status.as_ref()) != existing;
+    let step = Step::Sync { prune: planned.prune.delete.clone() };
+    let mut decision = finish(current, status, revision.filter(|_| changed), Vec::new(), step);
+    decision.requeue_after = Some(rollout::OBSERVE_EVERY);
+    decision
+}
+
+/// `status.hooks` during the sync step: each hook that exists, by its health; a hook the plan
+/// would create again keeps a `Succeeded` record (it ran, and was removed after success), and is
+/// otherwise not recorded yet.
+fn hooks_in_progress(planned: &Planned, recorded: &[HookStatus]) -> Vec<HookStatus> {
+    let creates = |hook: &HookStatus| {
+        planned
+            .plan
+            .changes
+            .iter()
+            .any(|c| c.action == PlanAction::Create && c.resource == hook.resource)
+    };
+    hook_records(planned)
+        .into_iter()
+        .filter_map(|hook| {
+            if !creates(&hook) {
+                return Some(hook);
+            }
+            recorded
+                .iter()
+                .find(|r| r.resource == hook.resource && r.state == HookState::Succeeded)
+                .cloned()
+        })
+        .collect()
+}
+
+/// The statuses after the sync step `decision` ran with `outcome`. A step that continued an
+/// attempt ([`continue_attempt`]) may have left the statuses as they were: those stored are the
+/// base then.
 pub fn settle(
     app: &Application,
     decision: &Decision,
@@ -1253,9 +1311,13 @@ pub fn settle(
     redactor: &Redactor,
     now: &Time,
 ) -> Settled {
-    let mut status = decision.status.clone().unwrap_or_default();
-    let mut revision =
-        decision.revision.as_ref().and_then(|r| r.status.clone()).unwrap_or_default();
+    let mut status = decision.status.clone().or_else(|| app.status.clone()).unwrap_or_default();
+    let mut revision = decision
+        .revision
+        .as_ref()
+        .or(planned.revision.as_ref())
+        .and_then(|r| r.status.clone())
+        .unwrap_or_default();
     let mut events = Vec::new();
     match outcome {
         SyncOutcome::Done { live_kinds } => {
