@@ -16,10 +16,13 @@
 //! 5. [`decide`](kuvryn_sync_core::application::decide): pure, from the observation to the
 //!    writes and the step;
 //! 6. [`write`]: the one place that writes — the Revision, the Application status (carrying the
-//!    inventory before anything is applied), the Events; then, for a sync, [`sync`] applies and
-//!    prunes (each group Healthy before the next: hooks and waves) and
-//!    [`settle`](kuvryn_sync_core::application::settle) decides the final statuses, written the
-//!    same way (the Application's first). Health, approvals, retries and Ready are the pure
+//!    inventory before anything is applied), the Events; then, for a sync, [`sync`] takes one
+//!    step of the rollout (the runner, `kuvryn_sync_apply::runner`: a group applied, or a look
+//!    at the group it waits for — each group Healthy before the next: hooks and waves) and the
+//!    Application is requeued, never waiting inside a reconcile; once every group is applied and
+//!    pruned, or the attempt failed, [`settle`](kuvryn_sync_core::application::settle) decides
+//!    the final statuses, written the same way (the Application's first). Health, approvals,
+//!    retries and Ready are the pure
 //!    decision's; a new Revision also cancels superseded ones and trims `spec.history.limit`.
 //!
 //! Steps 1–4 return `Err(Observation::Failed)` to end observation early with a failure reason;
