@@ -3335,7 +3335,8 @@ fn an_attempt_under_way_goes_on_without_counting_a_new_one() {
     let revision = stored(&decision, revision_status(&decision).clone());
     let applying = decision.status.clone().expect("written before the sync");
     // (the Application's sync state, what the plan finds, whether the attempt goes on)
-    let rows: Vec<(SyncState, fn(&DesiredObject) -> Found, bool)> = vec![
+    type Row = (SyncState, fn(&DesiredObject) -> Found, bool);
+    let rows: Vec<Row> = vec![
         // Groups left to apply, or all applied and the prune not done yet (a restart between).
         (SyncState::Applying, absent, true),
         (SyncState::Applying, unchanged, true),
