@@ -2921,6 +2921,15 @@ fn a_rollback_run_applies_rolls_back_and_holds_the_commit_it_left() {
     let app_status = started.status.clone().expect("status");
     assert_eq!(app_status.desired_revision.as_deref(), Some(C2));
 
+    // A reconcile while the run's sync step is under way (the Application Applying, groups left
+    // to apply): the run goes on, nothing new is counted or announced.
+    let mut going = app.clone();
+    going.status = started.status.clone();
+    let request_again = request("manual", "alice", None);
+    let (_, step) = run_reconcile(&going, run(request_again), drifted, revision.clone(), vec![]);
+    assert!(matches!(step.step, Step::Sync { .. }), "{:?}", step.step);
+    assert!(step.events.is_empty() && step.revision.is_none(), "{:?}", step.events);
+
     // Applied: still RollingBack, then Healthy completes it.
     let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
     let settled = settle(&app, &started, &state, &done, &Redactor::new(), &at(55));
