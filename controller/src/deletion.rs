@@ -52,6 +52,7 @@ pub async fn clean_up(
         field_manager: &manager,
         adopt: false,
         memo: Some(&ctx.dry_runs),
+        shared: None,
     };
     let inventory = match engine
         .inventory(

@@ -24,6 +24,7 @@ mod notify;
 mod references;
 mod render;
 mod repository;
+mod revision_writes;
 mod shards;
 mod source;
 mod triggers;
@@ -38,6 +39,7 @@ use kube_lease_manager::LeaseManagerBuilder;
 use kuvryn_sync_api::{CONTROLLER_NAME, crds};
 use kuvryn_sync_apply::clients::{ImpersonatedClients, RequestObserver, observed_client};
 use kuvryn_sync_apply::kinds::Kinds;
+use kuvryn_sync_apply::shared_inventory::SharedInventory;
 use kuvryn_sync_runtime::logging::{self, LogFormat};
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
 use kuvryn_sync_runtime::ops::{self, Readiness};
@@ -528,8 +530,12 @@ impl Reconcilers {
         stop: &tokio_util::sync::CancellationToken,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
         let (args, client, metrics) = (&parts.args, &parts.client, &parts.metrics);
-        let (watches, triggers) =
-            watches::ManagedWatches::new(client.clone(), stop.clone(), scope.clone());
+        let inventory = Arc::new(SharedInventory::new(args.application_resync_interval));
+        let (watches, triggers) = watches::ManagedWatches::new(
+            client.clone(),
+            stop.clone(),
+            (scope.clone(), Arc::clone(&inventory)),
+        );
         let (repositories, repository_writer) = kube::runtime::reflector::store();
         let (service_accounts, account_writer) = kube::runtime::reflector::store();
         let (revisions, revision_writer) = kube::runtime::reflector::store();
@@ -546,6 +552,8 @@ impl Reconcilers {
             resync: args.application_resync_interval,
             crd_timeout: args.crd_establish_timeout,
             watches: Arc::new(watches),
+            inventory,
+            revision_writes: Arc::default(),
             fault: fault::FaultPoint::from_env(),
             metrics: metrics.clone(),
             health_rules: health::HealthRules::watch(client.clone(), stop.clone()),

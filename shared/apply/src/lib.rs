@@ -10,3 +10,4 @@ pub mod engine;
 pub mod kinds;
 pub mod memo;
 pub mod runner;
+pub mod shared_inventory;
