@@ -378,6 +378,7 @@ async fn the_runner_takes_one_step_per_call_with_the_clock_and_health_it_is_give
         field_manager: &manager,
         adopt: false,
         memo: None,
+        shared: None,
     };
     let mut second = config_map("second", "2");
     second["metadata"]["annotations"] = json!({keys::SYNC_WAVE: "1"});
