@@ -56,7 +56,8 @@ use kuvryn_sync_apply::shared_inventory::SharedInventory;
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
     cancel_superseded, decide, failing_source, learn_secret_values, previous_healthy,
-    revision_name, run_for, settle, wait_for_dependencies, with_course, with_dependencies,
+    revision_name, run_for, settle, unplanned_failure, unplanned_revision_name,
+    wait_for_dependencies, with_course, with_dependencies, with_unplanned_revision,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
@@ -476,9 +477,18 @@ async fn sync_application(
         let rules = ctx.health_rules.current();
         decision.events.extend(newly_invalid_health_checks(&app, &rules, planned));
     }
+    let unplanned = unplanned_revision(&app, namespace, &observation, ctx).await?;
+    let mut decision = with_unplanned_revision(
+        decision,
+        &app,
+        &observation,
+        unplanned.as_ref(),
+        &redactor,
+        &now(),
+    );
     let previous = match &observation {
         Observation::Planned(planned) => planned.revision.as_ref(),
-        Observation::Failed { .. } => None,
+        Observation::Failed { .. } => unplanned.as_ref(),
     };
     write_with_history(&app, namespace, &mut decision, previous, &redactor, ctx).await?;
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
@@ -1090,6 +1100,23 @@ async fn plan_desired_state(
         health,
         diagnosis,
     }))
+}
+
+/// The Revision recording attempts that failed at a commit before a plan existed
+/// ([`unplanned_revision_name`]), when the observation is such a failure and it exists.
+async fn unplanned_revision(
+    app: &Application,
+    namespace: &str,
+    observation: &Observation,
+    ctx: &ApplicationContext,
+) -> Result<Option<Revision>, kube::Error> {
+    match unplanned_failure(observation) {
+        Some((commit, _, _)) => {
+            let name = unplanned_revision_name(&app.name_any(), commit);
+            planned_revision(namespace, &name, ctx).await
+        }
+        None => Ok(None),
+    }
 }
 
 /// Revision `name` as last written: from the watched store, unless this controller wrote it
