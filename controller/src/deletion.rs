@@ -19,7 +19,7 @@ use kuvryn_sync_core::field_manager;
 use kuvryn_sync_core::prune::{MAX_NAMED, ManagedObject, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
 
-use crate::application::{ApplicationContext, ReconcileError, publish};
+use crate::context::{ApplicationContext, ReconcileError, publish};
 
 /// Carry out `app`'s deletion policy; the finalizer is removed when this returns `Ok`.
 pub async fn clean_up(

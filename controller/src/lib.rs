@@ -13,6 +13,7 @@
 
 mod application;
 mod args;
+mod context;
 mod deletion;
 mod diagnose;
 mod engines;

@@ -14,7 +14,9 @@ use kuvryn_sync_source::git::GitCache;
 use crate::args::Args;
 use crate::engines::renderers;
 use crate::watches;
-use crate::{application, fault, health, image_update, imagepolicy, notify, repository, shards};
+use crate::{
+    application, context, fault, health, image_update, imagepolicy, notify, repository, shards,
+};
 
 /// What every start of the reconcilers shares.
 pub(crate) struct Parts {
@@ -111,7 +113,7 @@ impl Reconcilers {
         let (repositories, repository_writer) = kube::runtime::reflector::store();
         let (service_accounts, account_writer) = kube::runtime::reflector::store();
         let (revisions, revision_writer) = kube::runtime::reflector::store();
-        let applications = Arc::new(application::ApplicationContext {
+        let applications = Arc::new(context::ApplicationContext {
             client: client.clone(),
             clients: ImpersonatedClients::new(parts.config.clone(), args.impersonation_cache_size)
                 .observed(Arc::clone(&parts.count_request)),
