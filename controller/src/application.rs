@@ -95,69 +95,105 @@ pub async fn run(
         Api::<Application>::all(ctx.client.clone()),
         ctx.shard.clone(),
     );
+    let (sinks_writer, referenced, _stop_polling) = poll_references(&ctx.client, &reader);
+    let requeues = futures::stream::select(receive(triggers), receive(referenced));
+    let controller = Controller::for_stream(stream, reader.clone()).with_config(
+        kube::runtime::controller::Config::default()
+            .concurrency(ctx.concurrency)
+            .debounce(Duration::from_millis(500)),
+    );
+    let controller = with_sources(controller, &ctx, &reader, (repositories, service_accounts))
+        .reconcile_on(requeues);
+    with_reads(controller, (&ctx.client, &ctx.shard), &reader, (revisions, sinks_writer))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move { triggers::log_failure("Application", &result) })
+        .await;
+}
+
+/// Poll the Secrets and ConfigMaps Applications read by name (see `references`): the writer
+/// of the NotificationSink store the polling reads, the Applications whose references
+/// changed, and a guard that stops the polling when dropped.
+fn poll_references(
+    client: &kube::Client,
+    applications: &Store<Application>,
+) -> (
+    Writer<NotificationSink>,
+    tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
+    tokio_util::sync::DropGuard,
+) {
+    let (sinks_store, sinks_writer) = kube::runtime::reflector::store();
+    let (referenced_tx, referenced_rx) = tokio::sync::mpsc::channel(crate::watches::QUEUE);
+    let poll_stop = tokio_util::sync::CancellationToken::new();
+    let guard = poll_stop.clone().drop_guard();
+    tokio::spawn(references::poll(
+        client.clone(),
+        applications.clone(),
+        sinks_store,
+        referenced_tx,
+        references::POLL_EVERY,
+        poll_stop,
+    ));
+    (sinks_writer, referenced_rx, guard)
+}
+
+/// The watches of what an Application's sync starts from: its Repository (a new observed
+/// commit, or Ready changing), its dependencies (their health, revisions or Ready changing
+/// re-evaluates their dependents) and its service account (appearing, or created again).
+fn with_sources(
+    controller: Controller<Application>,
+    ctx: &ApplicationContext,
+    applications: &Store<Application>,
+    (repositories, service_accounts): (
+        Writer<Repository>,
+        Writer<PartialObjectMeta<ServiceAccount>>,
+    ),
+) -> Controller<Application> {
     let repositories =
         watcher(Api::<Repository>::all(ctx.client.clone()), ctx.shard.watcher_config())
             .default_backoff()
             .reflect(repositories)
             .applied_objects()
             .predicate_filter(observed_revision, Default::default());
-    // A service account appearing (or created again) re-checks the Applications acting as it.
-    let accounts = watcher(
-        Api::<PartialObjectMeta<ServiceAccount>>::all(ctx.client.clone()),
-        Default::default(),
-    )
-    .default_backoff()
-    .modify(|account| {
-        account.metadata.managed_fields = None;
-        account.metadata.annotations = None;
-        account.metadata.labels = None;
-    })
-    .reflect(service_accounts)
-    .applied_objects()
-    .predicate_filter(account_identity, Default::default());
-    let (store, reads) = (reader.clone(), reader.clone());
-    let dependency_store = reader.clone();
-    let account_store = reader.clone();
-    let default_account = ctx.default_service_account.clone();
-    // A dependency's health, revisions or Ready changing re-evaluates its dependents.
     let dependency_changes =
         watcher(Api::<Application>::all(ctx.client.clone()), ctx.shard.watcher_config())
             .default_backoff()
             .applied_objects()
             .predicate_filter(readiness, Default::default());
-    // Secrets and ConfigMaps read by name: polled (see `references`), their changes queued.
-    let (sinks_store, sinks_writer) = kube::runtime::reflector::store();
-    let (referenced_tx, referenced_rx) = tokio::sync::mpsc::channel(crate::watches::QUEUE);
-    let poll_stop = tokio_util::sync::CancellationToken::new();
-    let _stop_polling = poll_stop.clone().drop_guard();
-    tokio::spawn(references::poll(
-        ctx.client.clone(),
-        reader.clone(),
-        sinks_store,
-        referenced_tx,
-        references::POLL_EVERY,
-        poll_stop,
-    ));
-    let requeues = futures::stream::select(receive(triggers), receive(referenced_rx));
-    let controller = Controller::for_stream(stream, reader)
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .concurrency(ctx.concurrency)
-                .debounce(Duration::from_millis(500)),
-        )
+    let (store, dependency_store) = (applications.clone(), applications.clone());
+    let account_store = applications.clone();
+    let default_account = ctx.default_service_account.clone();
+    controller
         .watches_stream(repositories, move |repo: Repository| following(&store.state(), &repo))
         .watches_stream(dependency_changes, move |changed: Application| {
             dependents_of(&dependency_store.state(), &changed)
         })
-        .watches_stream(accounts, move |account: PartialObjectMeta<ServiceAccount>| {
-            acting_as(&account_store.state(), &account, default_account.as_deref())
+        .watches_stream(
+            account_changes(&ctx.client, service_accounts),
+            move |account: PartialObjectMeta<ServiceAccount>| {
+                acting_as(&account_store.state(), &account, default_account.as_deref())
+            },
+        )
+}
+
+/// Service accounts appearing or created again (names only: no managed fields, annotations
+/// or labels are kept in `store`).
+fn account_changes(
+    client: &kube::Client,
+    store: Writer<PartialObjectMeta<ServiceAccount>>,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<ServiceAccount>, watcher::Error>>
++ Send
++ 'static {
+    watcher(Api::<PartialObjectMeta<ServiceAccount>>::all(client.clone()), Default::default())
+        .default_backoff()
+        .modify(|account| {
+            account.metadata.managed_fields = None;
+            account.metadata.annotations = None;
+            account.metadata.labels = None;
         })
-        .reconcile_on(requeues);
-    with_reads(controller, (&ctx.client, &ctx.shard), &reads, (revisions, sinks_writer))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move { triggers::log_failure("Application", &result) })
-        .await;
+        .reflect(store)
+        .applied_objects()
+        .predicate_filter(account_identity, Default::default())
 }
 
 /// The requests sent to `receiver`, as a stream.
