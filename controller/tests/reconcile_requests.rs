@@ -63,9 +63,11 @@ impl InProcessController {
             format!("--metrics-bind-address={metrics}"),
             "--leader-election-namespace=default".to_owned(),
             format!("--cache-dir={}", cache.path().display()),
-            // Every new commit in these tests is announced by the Repository's annotation.
-            "--default-poll-interval=1h".to_owned(),
         ];
+        if !flags.iter().any(|flag| flag.starts_with("--default-poll-interval")) {
+            // Every new commit in these tests is announced by the Repository's annotation.
+            argv.push("--default-poll-interval=1h".to_owned());
+        }
         argv.extend(flags.iter().map(|flag| (*flag).to_owned()));
         let args = kuvryn_sync_controller::Args::try_parse_from(argv)?;
         let stop = tokio_util::sync::CancellationToken::new();
@@ -339,6 +341,21 @@ async fn healthy_at(fixture: &Fixture, commit: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`first_sync`] for a controller that never goes quiet (a resync or poll interval shorter
+/// than [`QUIET`]): once `web` is Healthy, the reconcile that observed it has ended when none
+/// is in flight; every later one finds nothing changed.
+async fn healthy_without_settling(fixture: &Fixture) -> Result<()> {
+    let commit = fixture.push(&three_config_maps("2"), "three config maps").await?;
+    fixture.env.create_app("web", "app", json!({})).await?;
+    healthy_at(fixture, &commit).await?;
+    wait_for("no Application reconcile in flight", DEADLINE, || async {
+        let in_flight =
+            fixture.controller.metric("kuvryn_sync_reconciles_in_flight", "Application").await?;
+        Ok(((in_flight == 0.0).then_some(()), format!("{in_flight} in flight")))
+    })
+    .await
+}
+
 /// The first sync of an Application with three objects: each is applied exactly once (after a
 /// server-side dry run), nothing is deleted, one Revision is created, and the Application's
 /// status is written a bounded number of times.
@@ -400,17 +417,7 @@ async fn a_resync_with_nothing_changed_writes_nothing() -> Result<()> {
     let Some(fixture) = Fixture::start("requests-resync", &flags).await? else {
         return Ok(());
     };
-    let commit = fixture.push(&three_config_maps("2"), "three config maps").await?;
-    fixture.env.create_app("web", "app", json!({})).await?;
-    healthy_at(&fixture, &commit).await?;
-    // The reconcile that observed Healthy has ended once none is in flight; every later one
-    // finds nothing changed (this resync interval is shorter than QUIET: no settling).
-    wait_for("no Application reconcile in flight", DEADLINE, || async {
-        let in_flight =
-            fixture.controller.metric("kuvryn_sync_reconciles_in_flight", "Application").await?;
-        Ok(((in_flight == 0.0).then_some(()), format!("{in_flight} in flight")))
-    })
-    .await?;
+    healthy_without_settling(&fixture).await?;
     let (mark, before) = (fixture.mark(), fixture.controller.reconciles("Application").await?);
     let after = wait_for("two more Application reconciles", DEADLINE, || async {
         let now = fixture.controller.reconciles("Application").await?;
@@ -495,5 +502,37 @@ async fn a_rollback_reapplies_only_what_differs() -> Result<()> {
     eprintln!("Revisions written: {written:?}, existing before: {existing:?}");
     assert!(written.iter().all(|name| existing.contains(name)), "no new Revision: {table:#?}");
     assert_status_writes_bounded(&calls);
+    fixture.controller.stop().await
+}
+
+/// The Repository reconciler polling a remote whose branch has not moved (every second): no
+/// Application, Revision, managed object or Event is written, and the Repository's status at
+/// most once per poll (its `lastFetchedAt`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polls_that_find_no_new_commit_write_nothing_else() -> Result<()> {
+    let flags = ["--default-poll-interval=1s"];
+    let Some(fixture) = Fixture::start("requests-poll", &flags).await? else {
+        return Ok(());
+    };
+    healthy_without_settling(&fixture).await?;
+    let (mark, before) = (fixture.mark(), fixture.controller.reconciles("Repository").await?);
+    let after = wait_for("three more Repository polls", DEADLINE, || async {
+        let now = fixture.controller.reconciles("Repository").await?;
+        Ok(((now >= before + 3).then_some(now), format!("{} since the mark", now - before)))
+    })
+    .await?;
+    let calls = fixture.calls_since(mark);
+    let table = counts(&calls);
+    eprintln!(
+        "{} polls without a new commit, requests in the namespace: {table:#?}",
+        after - before
+    );
+    let others: Vec<&Call> =
+        calls.iter().filter(|c| c.is_write() && c.resource != "repositories/status").collect();
+    assert!(others.is_empty(), "no other write: {others:#?}\n{table:#?}");
+    // Read after the calls: polls that ended since, and at most one in flight.
+    let polls = fixture.controller.reconciles("Repository").await? - before + 1;
+    let status_writes = count(&calls, "patch", "repositories/status");
+    assert!(status_writes as u64 <= polls, "{status_writes} status writes in {polls} polls");
     fixture.controller.stop().await
 }
