@@ -108,6 +108,7 @@ pub async fn run(cluster: &Cluster, args: &DiffArgs) -> Result<Outcome> {
         field_manager: &manager,
         adopt: app.spec.sync.conflict_policy == ConflictPolicy::Adopt,
         memo: None,
+        shared: None,
     };
     let recorded = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let mut managed: BTreeSet<_> = recorded.iter().cloned().collect();

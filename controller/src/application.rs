@@ -30,7 +30,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -47,7 +47,7 @@ use kuvryn_sync_api::{
     HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
     keys,
 };
-use kuvryn_sync_apply::engine::{Engine, EngineError};
+use kuvryn_sync_apply::engine::{Engine, EngineError, Shared};
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
     cancel_superseded, decide, failing_source, learn_secret_values, previous_healthy,
@@ -104,7 +104,8 @@ pub async fn run(
     );
     let controller = with_sources(controller, &ctx, &reader, (repositories, service_accounts))
         .reconcile_on(requeues);
-    with_reads(controller, (&ctx.client, &ctx.shard), &reader, (revisions, sinks_writer))
+    let reading = (&ctx.client, &ctx.shard, &ctx.revision_writes);
+    with_reads(controller, reading, &reader, (revisions, sinks_writer))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move { triggers::log_failure("Application", &result) })
@@ -212,7 +213,11 @@ fn receive(
 /// a HealthCheck's kind within seconds instead of at the resync.
 fn with_reads(
     controller: Controller<Application>,
-    (client, shard): (&kube::Client, &crate::shards::Scope),
+    (client, shard, writes): (
+        &kube::Client,
+        &crate::shards::Scope,
+        &Arc<crate::revision_writes::RevisionWrites>,
+    ),
     applications: &Store<Application>,
     (revisions, sinks): (Writer<Revision>, Writer<NotificationSink>),
 ) -> Controller<Application> {
@@ -220,6 +225,10 @@ fn with_reads(
         .default_backoff()
         .modify(|revision| revision.metadata.managed_fields = None)
         .reflect(revisions)
+        .inspect_ok({
+            let writes = Arc::clone(writes);
+            move |event| writes.apply_event(event)
+        })
         .applied_objects();
     let sinks = watcher(Api::<NotificationSink>::all(client.clone()), Default::default())
         .default_backoff()
@@ -379,15 +388,23 @@ async fn reconcile(
     let _timer = ctx.metrics.durations.reconcile(Reconciled::Application);
     let namespace = app.namespace().ok_or(ReconcileError::NoNamespace)?;
     let api: Api<Application> = Api::namespaced(ctx.client.clone(), &namespace);
-    finalizer(&api, APPLICATION_FINALIZER, app, |event| async {
+    let name = app.name_any();
+    let action = finalizer(&api, APPLICATION_FINALIZER, app, |event| async {
         match event {
             FinalizerEvent::Apply(app) => sync_application(app, &namespace, &ctx).await,
             FinalizerEvent::Cleanup(app) => deletion::clean_up(&app, &namespace, &ctx).await,
         }
     })
     .await
-    .map_err(|err| ReconcileError::Finalizer(Box::new(err)))
+    .map_err(|err| ReconcileError::Finalizer(Box::new(err)))?;
+    // A reconcile with nothing to do may send no request at all: this line is how a reader
+    // (the scale benchmark's re-sync) sees that it ran.
+    tracing::debug!(target: RECONCILED, application = %name, %namespace, "reconciled");
+    Ok(action)
 }
+
+/// The log target of the debug line every finished Application reconcile writes.
+pub const RECONCILED: &str = "kuvryn_sync_controller::reconciled";
 
 /// The reconcile of an Application that is not being deleted: observe, decide, write, then run
 /// the sync step the decision asks for.
@@ -699,8 +716,8 @@ async fn observe(
             Err((reason, message)) => return Ok(Err(failed(reason, message, sa, at))),
         };
     learn_secret_values(redactor, &desired);
-    let manager = field_manager::for_application(namespace, &app.name_any());
-    let engine = engine_for(app, &client, &manager, ctx);
+    let acting = Acting::new(app, namespace, &service_account);
+    let engine = engine_for(app, &client, &acting, ctx);
     let planning = (&engine, &client);
     let parts = match plan_desired_state(app, namespace, planning, &commit, &desired, ctx, redactor)
         .await?
@@ -781,20 +798,44 @@ fn rollback_annotated(app: &Application) -> bool {
         || annotations.contains_key(keys::ROLLBACK_FROM)
 }
 
-/// The engine acting for `app` as `client`, under `manager`
-/// ([`field_manager::for_application`]).
+/// Who an engine acts as and for: the Application's field manager
+/// ([`field_manager::for_application`]), its service account's user name, and the Application.
+pub(crate) struct Acting {
+    manager: String,
+    identity: String,
+    application: (String, String),
+}
+
+impl Acting {
+    pub(crate) fn new(app: &Application, namespace: &str, service_account: &str) -> Self {
+        let name = app.name_any();
+        Self {
+            manager: field_manager::for_application(namespace, &name),
+            identity: kuvryn_sync_apply::clients::service_account_user(namespace, service_account),
+            application: (namespace.to_owned(), name),
+        }
+    }
+}
+
+/// The engine acting for `app` as `client` ([`Acting`]), with the controller's dry-run memo and
+/// shared inventory.
 fn engine_for<'a>(
     app: &Application,
     client: &'a kube::Client,
-    manager: &'a str,
+    acting: &'a Acting,
     ctx: &'a ApplicationContext,
 ) -> Engine<'a> {
     Engine {
         client,
         kinds: &ctx.kinds,
-        field_manager: manager,
+        field_manager: &acting.manager,
         adopt: app.spec.sync.conflict_policy == kuvryn_sync_api::ConflictPolicy::Adopt,
         memo: Some(&ctx.dry_runs),
+        shared: Some(Shared {
+            inventory: &ctx.inventory,
+            identity: &acting.identity,
+            application: (&acting.application.0, &acting.application.1),
+        }),
     }
 }
 
@@ -1002,8 +1043,7 @@ async fn plan_desired_state(
         PrunePlan::default()
     };
     let plan = plan(&desired.hash, &observations, &prune);
-    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
-    let existing = revisions.get_opt(&revision).await?;
+    let existing = planned_revision(namespace, &revision, ctx).await?;
     let rules = ctx.health_rules.current();
     let health = health_of(&rules, &desired.objects, &live, &now());
     let diagnosis =
@@ -1016,6 +1056,25 @@ async fn plan_desired_state(
         health,
         diagnosis,
     }))
+}
+
+/// Revision `name` as last written: from the watched store, unless this controller wrote it
+/// since and the store has not caught up, or the store has none (a Revision of another shard's
+/// label, say); then from the API server.
+async fn planned_revision(
+    namespace: &str,
+    name: &str,
+    ctx: &ApplicationContext,
+) -> Result<Option<Revision>, kube::Error> {
+    if !ctx.revision_writes.pending(namespace, name) {
+        let _ = ctx.revisions.wait_until_ready().await;
+        let key = ObjectRef::new(name).within(namespace);
+        if let Some(stored) = ctx.revisions.get(&key) {
+            return Ok(Some(stored.as_ref().clone()));
+        }
+    }
+    let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+    revisions.get_opt(name).await
 }
 
 /// The desired objects of the kinds the service account may not list
@@ -1132,8 +1191,8 @@ async fn sync(
             };
         }
     };
-    let manager = field_manager::for_application(namespace, &app.name_any());
-    let engine = engine_for(app, &client, &manager, ctx);
+    let acting = Acting::new(app, namespace, &planned.service_account);
+    let engine = engine_for(app, &client, &acting, ctx);
     let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
     let changed = changed_keys(&planned.plan);
     let groups = apply_groups(&planned.desired.objects);
@@ -1217,8 +1276,8 @@ async fn diagnose_failed_hook(
     let Ok(client) = ctx.clients.for_service_account(namespace, &planned.service_account) else {
         return Vec::new();
     };
-    let manager = field_manager::for_application(namespace, &app.name_any());
-    let Ok(Some(live)) = engine_for(app, &client, &manager, ctx).live(object).await else {
+    let acting = Acting::new(app, namespace, &planned.service_account);
+    let Ok(Some(live)) = engine_for(app, &client, &acting, ctx).live(object).await else {
         return Vec::new();
     };
     let rules = ctx.health_rules.current();
@@ -1371,7 +1430,9 @@ async fn write(
         body.metadata.owner_references = revision.metadata.owner_references.clone();
         if !previous.is_some_and(|live| same_revision_body(live, &body)) {
             let apply = PatchParams::apply(CONTROLLER_NAME).force();
-            written = Some(revisions.patch(&name, &apply, &Patch::Apply(&body)).await?);
+            let applied = revisions.patch(&name, &apply, &Patch::Apply(&body)).await?;
+            ctx.revision_writes.wrote(&applied);
+            written = Some(applied);
         }
         if let Some(status) = &revision.status {
             let before = previous.and_then(|r| r.status.as_ref());
@@ -1473,7 +1534,7 @@ async fn write_other_revision(
         let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
         let patch = serde_json::json!({"metadata": {"annotations": update.annotations}});
         match revisions.patch(&update.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => {}
+            Ok(written) => ctx.revision_writes.wrote(&written),
             // Deleted meanwhile: nothing left to mark.
             Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
             Err(err) => return Err(err),
@@ -1499,7 +1560,9 @@ async fn write_revision_status(
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
     if status.failure.is_none() && before.is_some_and(|b| b.failure.is_some()) {
         let clear = serde_json::json!({"status": {"failure": null}});
-        revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(&clear)).await?;
+        let cleared =
+            revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(&clear)).await?;
+        ctx.revision_writes.wrote(&cleared);
     }
     let body = serde_json::json!({
         "apiVersion": Revision::api_version(&()),
@@ -1508,7 +1571,9 @@ async fn write_revision_status(
         "status": status,
     });
     let apply = PatchParams::apply(CONTROLLER_NAME).force();
-    revisions.patch_status(name, &apply, &Patch::Apply(&body)).await
+    let written = revisions.patch_status(name, &apply, &Patch::Apply(&body)).await?;
+    ctx.revision_writes.wrote(&written);
+    Ok(written)
 }
 
 async fn write_status(

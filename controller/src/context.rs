@@ -15,6 +15,7 @@ use kuvryn_sync_api::{Application, Repository, Revision};
 use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_apply::memo::DryRunMemo;
+use kuvryn_sync_apply::shared_inventory::SharedInventory;
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_runtime::events;
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
@@ -57,6 +58,9 @@ pub struct ApplicationContext {
     pub repositories: Store<Repository>,
     /// Dry runs known to change nothing, trusted for one resync interval.
     pub dry_runs: DryRunMemo,
+    /// The managed objects the shared watches ([`ManagedWatches`]) keep, by Application: a
+    /// plan's inventory without a list per kind when they are as good as one.
+    pub inventory: Arc<SharedInventory>,
     /// Every ServiceAccount's name (metadata only, kept by the Application controller's watch): step 1 checks the
     /// Application's account here, and asks the API server only when the store has none.
     pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
@@ -65,6 +69,8 @@ pub struct ApplicationContext {
     pub revisions: Store<Revision>,
     /// The controller's shard: which Applications (and Repositories, Revisions) it watches.
     pub shard: crate::shards::Scope,
+    /// Revisions written and not yet in [`Self::revisions`]: read from the API server meanwhile.
+    pub revision_writes: Arc<crate::revision_writes::RevisionWrites>,
 }
 
 /// Errors that make the reconcile retry with backoff.

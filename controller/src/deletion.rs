@@ -60,6 +60,7 @@ async fn delete_managed(
         field_manager: &manager,
         adopt: false,
         memo: Some(&ctx.dry_runs),
+        shared: None,
     };
     let inventory = match engine
         .inventory(

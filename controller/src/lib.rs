@@ -29,6 +29,7 @@ mod reconcilers;
 mod references;
 mod render;
 mod repository;
+mod revision_writes;
 mod shards;
 mod source;
 mod triggers;

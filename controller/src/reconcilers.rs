@@ -7,6 +7,7 @@ use anyhow::Context;
 use kube::api::Api;
 use kuvryn_sync_apply::clients::{ImpersonatedClients, RequestObserver};
 use kuvryn_sync_apply::kinds::Kinds;
+use kuvryn_sync_apply::shared_inventory::SharedInventory;
 use kuvryn_sync_runtime::events;
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
 use kuvryn_sync_source::git::GitCache;
@@ -108,8 +109,12 @@ impl Reconcilers {
         stop: &tokio_util::sync::CancellationToken,
     ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
         let (args, client, metrics) = (&parts.args, &parts.client, &parts.metrics);
-        let (watches, triggers) =
-            watches::ManagedWatches::new(client.clone(), stop.clone(), scope.clone());
+        let inventory = Arc::new(SharedInventory::new(args.application_resync_interval));
+        let (watches, triggers) = watches::ManagedWatches::new(
+            client.clone(),
+            stop.clone(),
+            (scope.clone(), Arc::clone(&inventory)),
+        );
         let (repositories, repository_writer) = kube::runtime::reflector::store();
         let (service_accounts, account_writer) = kube::runtime::reflector::store();
         let (revisions, revision_writer) = kube::runtime::reflector::store();
@@ -126,6 +131,8 @@ impl Reconcilers {
             resync: args.application_resync_interval,
             crd_timeout: args.crd_establish_timeout,
             watches: Arc::new(watches),
+            inventory,
+            revision_writes: Arc::default(),
             fault: fault::FaultPoint::from_env(),
             metrics: metrics.clone(),
             health_rules: health::HealthRules::watch(client.clone(), stop.clone()),

@@ -1,15 +1,15 @@
 //! One watch per managed kind, shared by every Application: each change of an object carrying
-//! the `sync.kuvryn.io/application` label queues a reconcile of the Application its labels name.
-//! Metadata-only watches (`PartialObjectMetadata`), so the controller never receives the
-//! objects' contents; started the first time any Application records the kind in
-//! `status.managedKinds`, never one per Application.
+//! the `sync.kuvryn.io/application` label queues a reconcile of the Application its labels name,
+//! once the object is in the [`SharedInventory`] the plans read their inventory from. Started
+//! the first time any Application records the kind in `status.managedKinds`, never one per
+//! Application.
 //!
 //! A kind the controller may not watch (its RBAC is deliberately narrow: no Secrets, for one) is
 //! logged once, then listed every [`LIST_EVERY`] instead (when it may list it), and its watch is
 //! tried again every [`WATCH_RETRY_AFTER`], so RBAC granted later takes effect without a restart.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -21,6 +21,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kuvryn_sync_api::{Application, ManagedKind, keys};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use kuvryn_sync_apply::shared_inventory::SharedInventory;
+use kuvryn_sync_core::desired::{GroupKind, group_of};
 
 use crate::shards::Scope;
 
@@ -35,6 +38,8 @@ pub struct ManagedWatches {
     started: Mutex<BTreeSet<(String, String)>>,
     /// Requests for Applications outside the controller's shard are not queued.
     scope: Scope,
+    /// Where the watched objects go.
+    inventory: Arc<SharedInventory>,
 }
 
 impl std::fmt::Debug for ManagedWatches {
@@ -48,11 +53,11 @@ impl ManagedWatches {
     pub fn new(
         client: kube::Client,
         stop: CancellationToken,
-        scope: Scope,
+        (scope, inventory): (Scope, Arc<SharedInventory>),
     ) -> (Self, mpsc::Receiver<ObjectRef<Application>>) {
         let (triggers, receiver) = mpsc::channel(QUEUE);
         let started = Mutex::new(BTreeSet::new());
-        (Self { client, triggers, stop, started, scope }, receiver)
+        (Self { client, triggers, stop, started, scope, inventory }, receiver)
     }
 
     /// Start a watch for each of `kinds` not watched yet.
@@ -63,7 +68,7 @@ impl ManagedWatches {
                 tokio::spawn(watch_kind(
                     self.client.clone(),
                     kind.clone(),
-                    (self.triggers.clone(), self.scope.clone()),
+                    (self.triggers.clone(), self.scope.clone(), Arc::clone(&self.inventory)),
                     self.stop.clone(),
                 ));
             }
@@ -91,10 +96,12 @@ async fn watch_kind(
         }
     };
     let lister: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
-    let api: Api<PartialObjectMeta<kube::api::DynamicObject>> = Api::all_with(client, &resource);
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client, &resource);
     let mut warned = false;
     loop {
-        if watch_until_forbidden(&api, &kind, &requests, &stop).await == Watched::Stopped {
+        let watched = watch_until_forbidden(&api, &kind, &requests, &stop).await;
+        requests.2.forget_kind(&group_kind(&kind));
+        if watched == Watched::Stopped {
             return;
         }
         if !std::mem::replace(&mut warned, true) {
@@ -122,14 +129,20 @@ enum Watched {
     Forbidden,
 }
 
-/// Queue the Applications of the watched objects' changes until stopped or refused.
+fn group_kind(kind: &ManagedKind) -> GroupKind {
+    GroupKind::new(group_of(&kind.api_version), &kind.kind)
+}
+
+/// Keep the watched objects in the shared inventory and queue the Applications of their
+/// changes, until stopped or refused.
 async fn watch_until_forbidden(
-    api: &Api<PartialObjectMeta<kube::api::DynamicObject>>,
+    api: &Api<kube::api::DynamicObject>,
     kind: &ManagedKind,
     requests: &Requests,
     stop: &CancellationToken,
 ) -> Watched {
     let config = watcher::Config::default().labels(keys::APPLICATION);
+    let group_kind = group_kind(kind);
     let mut events = std::pin::pin!(watcher(api.clone(), config).default_backoff());
     tracing::info!(kind = %kind.kind, api_version = %kind.api_version, "watching managed kind");
     loop {
@@ -137,10 +150,13 @@ async fn watch_until_forbidden(
             () = stop.cancelled() => return Watched::Stopped,
             event = events.next() => event,
         };
+        if let Some(Ok(event)) = &event {
+            requests.2.apply_event(&group_kind, event);
+        }
         match event {
             None => return Watched::Stopped,
             Some(Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object))) => {
-                request_reconcile(requests, &object);
+                request_reconcile(requests, &object.metadata);
             }
             Some(Ok(_)) => {}
             Some(Err(
@@ -169,7 +185,7 @@ async fn list_periodically(
             let now: Listed = list.items.into_iter().map(|o| (listed_key(&o), o)).collect();
             if let Some(before) = &before {
                 for object in moved(before, &now) {
-                    request_reconcile(requests, object);
+                    request_reconcile(requests, &object.metadata);
                 }
             }
             before = Some(now);
@@ -210,16 +226,14 @@ fn moved<'a>(
     changed.chain(gone).map(|(_, object)| object).collect()
 }
 
-/// Where reconcile requests go, and which Applications this replica reconciles.
-type Requests = (mpsc::Sender<ObjectRef<Application>>, Scope);
+/// Where reconcile requests go, which Applications this replica reconciles, and where watched
+/// objects are kept.
+type Requests = (mpsc::Sender<ObjectRef<Application>>, Scope, Arc<SharedInventory>);
 
 /// Queue the Application `object`'s labels name, when this replica's shard owns it; a full
 /// queue drops the request (the resync covers it).
-fn request_reconcile(
-    (triggers, scope): &Requests,
-    object: &PartialObjectMeta<kube::api::DynamicObject>,
-) {
-    let Some(labels) = object.metadata.labels.as_ref() else { return };
+fn request_reconcile((triggers, scope, _): &Requests, metadata: &kube::api::ObjectMeta) {
+    let Some(labels) = metadata.labels.as_ref() else { return };
     if let (Some(name), Some(namespace)) =
         (labels.get(keys::APPLICATION), labels.get(keys::APPLICATION_NAMESPACE))
         && scope.owns_name(namespace, name)

@@ -75,8 +75,14 @@ async fn desired(client: &kube::Client, kinds: &Kinds, namespace: &str) -> Resul
 async fn engine_sync(client: &kube::Client, namespace: &str) -> Result<Vec<PlanAction>> {
     let kinds = Kinds::default();
     let manager = field_manager::for_application(namespace, "bench");
-    let engine =
-        Engine { client, kinds: &kinds, field_manager: &manager, adopt: false, memo: None };
+    let engine = Engine {
+        client,
+        kinds: &kinds,
+        field_manager: &manager,
+        adopt: false,
+        memo: None,
+        shared: None,
+    };
     let state = desired(client, &kinds, namespace).await?;
     let observations = observe(&engine, "bench", namespace, &state, REVISION).await?;
     let plan = plan(&state.hash, &observations, &Default::default());

@@ -26,12 +26,11 @@
 //!   the controller may have sent no write request besides its leader-election Lease and the
 //!   Repository's status (the restarted Repository reconciler fetches into an empty cache and
 //!   records when; reported, not counted). A reconcile with nothing to do writes nothing and
-//!   logs nothing at `info`, so the restarted controller runs with its HTTP requests logged
-//!   (`kube_client::client::builder=debug`, added to `RUST_LOG`; the first controller, the one
-//!   timed, logs as it would in production): an Application's reconcile shows as its labelled
-//!   list of Deployments (the inventory's first list) followed by the read of its Revision (the
-//!   plan's last read; with nothing to change, the reconcile ends there). Each round's time is
-//!   printed; resourceVersions, statuses and requests are checked after both.
+//!   logs nothing at `info` (its inventory may even come from the watches, with no request), so
+//!   the restarted controller runs with its HTTP requests and finished reconciles logged at
+//!   debug level (`REQUEST_LOG`, added to `RUST_LOG`; the first controller, the one timed, logs
+//!   as it would in production). Each round's time is printed; resourceVersions, statuses and
+//!   requests are checked after both.
 //!
 //! The goals for N = 1,000 on 2 cores are ≤ 60 s to all Ready, ≤ 100 MiB peak RSS and ≤ 1.5× the
 //! floor; they are printed, not enforced (they depend on the machine and the API server). The
@@ -95,8 +94,10 @@ const POLL: Duration = Duration::from_millis(200);
 const GOAL_READY_S: f64 = 60.0;
 const GOAL_RSS_MIB: f64 = 100.0;
 const GOAL_RATIO: f64 = 1.5;
-/// Logs every HTTP request the controller sends (method and URL), at debug level.
-const REQUEST_LOG: &str = "kube_client::client::builder=debug";
+/// Logs every HTTP request the controller sends (method and URL), and every Application
+/// reconcile that finished, at debug level.
+const REQUEST_LOG: &str =
+    "kube_client::client::builder=debug,kuvryn_sync_controller::reconciled=debug";
 const CONTROLLER: &str = "kuvryn-sync-controller";
 /// The managed kinds: API version and kind.
 const KINDS: [(&str, &str); 4] = [
@@ -231,6 +232,9 @@ async fn main() -> Result<()> {
 
     // All Ready.
     let applications = env.api::<Application>();
+    if let Some(sandbox) = env.cluster.sandbox() {
+        sandbox.record_requests();
+    }
     let start = Instant::now();
     let env_ref = &env;
     stream::iter(&names)
@@ -251,6 +255,8 @@ async fn main() -> Result<()> {
     let sent: u64 = by_method.iter().map(|(_, count)| count).sum();
     let by_method: BTreeMap<String, u64> =
         by_method.into_iter().map(|(labels, count)| (labels.join(","), count)).collect();
+    let by_resource =
+        env.cluster.sandbox().map(|sandbox| requests_by_resource(&sandbox.requests()));
     let warnings = env.controller_log();
     let warnings = problems(&warnings);
     let ratio = progress.ready.as_secs_f64() / floor.as_secs_f64();
@@ -261,6 +267,7 @@ async fn main() -> Result<()> {
                "ready_s": secs(progress.ready), "floor_s": secs(floor),
                "ratio": (ratio * 100.0).round() / 100.0,
                "api_requests": sent, "api_requests_by_method": by_method,
+               "api_requests_by_resource": by_resource,
                "floor_requests": 4 * apps,
                "request_ratio": ((sent as f64 / (4 * apps) as f64) * 100.0).round() / 100.0,
                "peak_rss_mib": ready_memory.peak_mib, "rss_mib": ready_memory.rss_mib,
@@ -285,6 +292,47 @@ async fn main() -> Result<()> {
         steady::run(&mut env, apps, resync).await?;
     }
     Ok(())
+}
+
+/// The requests the sandbox saw from the moment the Applications were created, per verb and
+/// resource (`PATCH deployments dry-run`, `GET revisions`, `PUT applications/status`, ...): where
+/// a first sync's requests go. Counted by the server, so the benchmark's own requests (creating
+/// the Applications, its watch of them) are among them.
+fn requests_by_resource(records: &[ksync_sandbox::RequestRecord]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for record in records {
+        *counts.entry(request_class(record)).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn request_class(record: &ksync_sandbox::RequestRecord) -> String {
+    let segments: Vec<&str> = record.path.split('/').filter(|s| !s.is_empty()).collect();
+    // /api/v1/... or /apis/GROUP/VERSION/...
+    let rest = match segments.first() {
+        Some(&"api") => segments.get(2..),
+        Some(&"apis") => segments.get(3..),
+        _ => None,
+    }
+    .unwrap_or(&[]);
+    let rest = match rest {
+        ["namespaces", _, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    let resource = match rest {
+        [] => record.path.clone(),
+        [resource] => format!("{resource} (collection)"),
+        [resource, _name] => (*resource).to_string(),
+        [resource, _name, sub, ..] => format!("{resource}/{sub}"),
+    };
+    let mut class = format!("{} {resource}", record.method);
+    if record.query.contains("watch=true") || record.query.contains("watch=1") {
+        class.push_str(" watch");
+    }
+    if record.query.contains("dryRun=") {
+        class.push_str(" dry-run");
+    }
+    class
 }
 
 async fn stop_controller(env: &mut Env) -> Result<()> {
@@ -560,32 +608,6 @@ impl Request {
         query.replace("%2F", "/").replace("%3D", "=").replace("%2C", ",")
     }
 
-    /// The Application whose reconcile lists its Deployments (the inventory's first list).
-    fn inventory_start(&self, namespace: &str) -> Option<String> {
-        if self.method != "GET"
-            || self.path() != format!("/apis/apps/v1/namespaces/{namespace}/deployments")
-        {
-            return None;
-        }
-        let query = self.query();
-        let key = format!("{}=", keys::APPLICATION);
-        let rest = &query[query.find(&key)? + key.len()..];
-        Some(rest[..rest.find([',', '&']).unwrap_or(rest.len())].to_owned())
-    }
-
-    /// The Application whose Revision is read (the plan's last read): a Revision is named
-    /// `<application>-<commit>-<hash>`.
-    fn revision_read(&self, namespace: &str) -> Option<String> {
-        let prefix = format!("/apis/sync.kuvryn.io/v1alpha1/namespaces/{namespace}/revisions/");
-        let name = self.path().strip_prefix(&prefix)?;
-        if self.method != "GET" || name.is_empty() {
-            return None;
-        }
-        let mut parts = name.rsplitn(3, '-');
-        let (_hash, _commit) = (parts.next()?, parts.next()?);
-        parts.next().map(str::to_owned)
-    }
-
     /// The method and resource of a write request (not a dry run); `None` for reads, dry runs
     /// and the leader-election Lease.
     fn write_target(&self) -> Option<(&str, &str)> {
@@ -606,18 +628,32 @@ impl Request {
     }
 }
 
-/// The requests logged in the controller's log from a position on.
+/// The requests logged in the controller's log from a position on, and the Applications whose
+/// reconciles finished.
 struct RequestLog {
     path: PathBuf,
     start: u64,
     position: u64,
     seen: Vec<Request>,
+    reconciled: Vec<String>,
+}
+
+/// The Application of a controller log line saying a reconcile finished (`... DEBUG
+/// kuvryn_sync_controller::reconciled: reconciled application=NAME namespace=NS`).
+fn parse_reconciled(line: &str, namespace: &str) -> Option<String> {
+    if !line.contains(" kuvryn_sync_controller::reconciled:")
+        || !line.contains(&format!("namespace={namespace}"))
+    {
+        return None;
+    }
+    let rest = &line[line.find("application=")? + "application=".len()..];
+    Some(rest[..rest.find(' ').unwrap_or(rest.len())].to_owned())
 }
 
 impl RequestLog {
     fn at_end(path: PathBuf) -> Result<Self> {
         let position = std::fs::metadata(&path)?.len();
-        Ok(RequestLog { path, start: position, position, seen: Vec::new() })
+        Ok(RequestLog { path, start: position, position, seen: Vec::new(), reconciled: Vec::new() })
     }
 
     /// Add the requests of the complete lines written since the last call to `seen`; returns
@@ -631,14 +667,15 @@ impl RequestLog {
         self.position += complete as u64;
         let first = self.seen.len();
         self.seen.extend(text[..complete].lines().filter_map(parse_request));
+        self.reconciled.extend(text[..complete].lines().map(str::to_owned));
         Ok(first)
     }
 
-    /// Wait until each of `names` has been reconciled from the start in requests not read yet:
-    /// its labelled list of Deployments, then the read of its Revision.
+    /// Wait until each of `names` has finished a reconcile logged after the lines read so far.
     async fn wait_reconciled(&mut self, env: &Env, names: &[String], when: &str) -> Result<()> {
         let start = Instant::now();
-        let (mut started, mut reconciled) = (BTreeSet::new(), BTreeSet::new());
+        let mut reconciled = BTreeSet::new();
+        self.reconciled.clear();
         while reconciled.len() < names.len() {
             if start.elapsed() > RESYNC_DEADLINE {
                 bail!(
@@ -650,13 +687,9 @@ impl RequestLog {
                 );
             }
             tokio::time::sleep(POLL).await;
-            let first = self.read_new()?;
-            for request in &self.seen[first..] {
-                if let Some(app) = request.inventory_start(&env.namespace) {
-                    started.insert(app);
-                } else if let Some(app) = request.revision_read(&env.namespace)
-                    && started.contains(&app)
-                {
+            self.read_new()?;
+            for line in self.reconciled.drain(..) {
+                if let Some(app) = parse_reconciled(&line, &env.namespace) {
                     reconciled.insert(app);
                 }
             }

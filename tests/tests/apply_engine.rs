@@ -67,6 +67,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
         field_manager: &manager,
         adopt: false,
         memo: None,
+        shared: None,
     };
 
     // First plan: everything is created; the plan holds paths, never the Secret's value.
@@ -163,6 +164,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
             field_manager: &manager,
             adopt: false,
             memo: None,
+            shared: None,
         }
     };
     let adopted = plan(
@@ -262,6 +264,7 @@ async fn plan_apply_conflict_adopt_prune_and_forbidden_as_the_service_account() 
         field_manager: &manager,
         adopt: false,
         memo: None,
+        shared: None,
     };
     let err = observe(&denied, "web", &namespace, &state, REVISION).await.expect_err("forbidden");
     let EngineError::Forbidden { verb, resource, .. } = &err else {
@@ -294,6 +297,7 @@ async fn a_remembered_dry_run_is_skipped_until_an_edit_takes_a_managed_field() -
         field_manager: &manager,
         adopt: false,
         memo: Some(&memo),
+        shared: None,
     };
     let state =
         desired(&admin, &kinds, &namespace, vec![config_map("one", "1"), config_map("two", "2")])

@@ -11,7 +11,8 @@
 //! - [`Engine::delete`] prunes.
 //!
 //! With a [`DryRunMemo`], a dry run already known to change nothing is not sent again
-//! ([`crate::memo`]).
+//! ([`crate::memo`]); with a [`SharedInventory`], the inventory comes from the controller's
+//! watches when they are known to be as good as a list ([`crate::shared_inventory`]).
 //!
 //! A 403 anywhere is [`EngineError::Forbidden`], naming the verb and the resource, except on the
 //! inventory's lists, where it marks the kind unlisted.
@@ -34,6 +35,7 @@ use serde_json::Value;
 
 use crate::kinds::{Kinds, ServedKind};
 use crate::memo::DryRunMemo;
+use crate::shared_inventory::SharedInventory;
 
 /// Requests one engine makes at once (observing, or applying objects of one kind). Bounded, so
 /// one large Application cannot crowd out the others on the API server.
@@ -122,6 +124,17 @@ pub struct Engine<'a> {
     pub adopt: bool,
     /// Dry runs known to change nothing ([`crate::memo`]); `None` sends every dry run.
     pub memo: Option<&'a DryRunMemo>,
+    /// The controller's watched inventory ([`crate::shared_inventory`]); `None` lists every kind.
+    pub shared: Option<Shared<'a>>,
+}
+
+/// What the engine needs of the shared inventory: the cache, the service account it acts as
+/// (`clients::service_account_user`) and the Application it acts for (namespace, name).
+#[derive(Clone, Copy, Debug)]
+pub struct Shared<'a> {
+    pub inventory: &'a SharedInventory,
+    pub identity: &'a str,
+    pub application: (&'a str, &'a str),
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -350,6 +363,10 @@ impl Engine<'_> {
             })
         })?;
         self.remember(&object.key, &to_value(&applied), &body);
+        if let Some(shared) = self.shared {
+            let version = applied.metadata.resource_version.as_deref().unwrap_or_default();
+            shared.inventory.wrote(shared.application, &object.key, version);
+        }
         Ok(())
     }
 
@@ -381,51 +398,63 @@ impl Engine<'_> {
             else {
                 continue;
             };
-            let api: Api<DynamicObject> = match served.scope {
-                Scope::Namespaced => {
-                    Api::namespaced_with(self.client.clone(), destination, &served.resource)
-                }
-                Scope::Cluster => Api::all_with(self.client.clone(), &served.resource),
+            let listed_in = match served.scope {
+                Scope::Namespaced => Some(destination),
+                Scope::Cluster => None,
             };
-            let list = match api.list(&ListParams::default().labels(&selector)).await {
-                Ok(list) => list,
-                Err(kube::Error::Api(status)) if status.code == 403 => {
-                    inventory.unlisted.push(group_kind);
-                    continue;
-                }
-                Err(err) => {
-                    return Err(EngineError::Inventory {
-                        kind: group_kind,
-                        message: err.to_string(),
-                    });
-                }
+            let watched = self.shared.and_then(|shared| {
+                let application = (application_namespace, application);
+                shared.inventory.objects(shared.identity, application, &group_kind, listed_in)
+            });
+            let objects = match watched {
+                Some(objects) => objects,
+                None => match self.list(&served, listed_in, &selector, &group_kind).await? {
+                    Some(objects) => objects,
+                    None => {
+                        inventory.unlisted.push(group_kind);
+                        continue;
+                    }
+                },
             };
             inventory.listed.push(group_kind.clone());
-            for mut item in list.items {
-                // A list's items carry no kind of their own.
-                item.types = Some(kube::core::TypeMeta {
-                    api_version: kind.api_version.clone(),
-                    kind: kind.kind.clone(),
-                });
-                let prune_disabled = item
-                    .metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(keys::PRUNE))
-                    .is_some_and(|v| v == keys::PRUNE_DISABLED);
-                let managed = ManagedObject {
-                    key: ObjectKey {
-                        group_kind: group_kind.clone(),
-                        namespace: item.metadata.namespace.clone(),
-                        name: item.metadata.name.clone().unwrap_or_default(),
-                    },
-                    api_version: kind.api_version.clone(),
-                    prune_disabled,
-                };
-                inventory.objects.push(LiveObject { managed, object: to_value(&item) });
-            }
+            inventory
+                .objects
+                .extend(objects.into_iter().map(|o| live_object(kind, &group_kind, o)));
         }
         Ok(inventory)
+    }
+
+    /// The objects of one kind carrying `selector`, listed as the service account in `namespace`
+    /// (across the cluster when `None`); `None` when it may not list them. The answer is
+    /// remembered in the shared inventory, which trusts the permission for a while.
+    async fn list(
+        &self,
+        served: &ServedKind,
+        namespace: Option<&str>,
+        selector: &str,
+        group_kind: &GroupKind,
+    ) -> Result<Option<Vec<Value>>, EngineError> {
+        let api: Api<DynamicObject> = match namespace {
+            Some(namespace) => {
+                Api::namespaced_with(self.client.clone(), namespace, &served.resource)
+            }
+            None => Api::all_with(self.client.clone(), &served.resource),
+        };
+        let listed = match api.list(&ListParams::default().labels(selector)).await {
+            Ok(list) => Some(list.items.iter().map(to_value).collect()),
+            Err(kube::Error::Api(status)) if status.code == 403 => None,
+            Err(err) => {
+                return Err(EngineError::Inventory {
+                    kind: group_kind.clone(),
+                    message: err.to_string(),
+                });
+            }
+        };
+        if let Some(shared) = self.shared {
+            let allowed = listed.is_some();
+            shared.inventory.listed(shared.identity, group_kind, namespace.unwrap_or(""), allowed);
+        }
+        Ok(listed)
     }
 
     /// Delete `objects`, in the order given; one already gone is fine.
@@ -436,7 +465,11 @@ impl Engine<'_> {
             }
             let api = self.api_for(&object.key, &object.api_version).await?;
             match api.delete(&object.key.name, &DeleteParams::background()).await {
-                Ok(_) => {}
+                Ok(_) => {
+                    if let Some(shared) = self.shared {
+                        shared.inventory.deleted(shared.application, &object.key);
+                    }
+                }
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(err) => {
                     return Err(classify(err, "delete", &object.key, |message| {
@@ -488,6 +521,28 @@ fn classify(
 /// comes back without a `resourceVersion`.
 fn exists(dry_run: &Value) -> bool {
     dry_run["metadata"]["resourceVersion"].as_str().is_some_and(|rv| !rv.is_empty())
+}
+
+/// A listed (or watched) object of `kind` as the inventory holds it. A list's items carry no
+/// kind of their own, so it is set.
+fn live_object(kind: &ManagedKind, group_kind: &GroupKind, mut object: Value) -> LiveObject {
+    if let Some(fields) = object.as_object_mut() {
+        fields.insert("apiVersion".to_owned(), Value::String(kind.api_version.clone()));
+        fields.insert("kind".to_owned(), Value::String(kind.kind.clone()));
+    }
+    let metadata = &object["metadata"];
+    let prune_disabled =
+        metadata["annotations"][keys::PRUNE].as_str() == Some(keys::PRUNE_DISABLED);
+    let managed = ManagedObject {
+        key: ObjectKey {
+            group_kind: group_kind.clone(),
+            namespace: metadata["namespace"].as_str().map(str::to_owned),
+            name: metadata["name"].as_str().unwrap_or_default().to_owned(),
+        },
+        api_version: kind.api_version.clone(),
+        prune_disabled,
+    };
+    LiveObject { managed, object }
 }
 
 fn to_value(object: &DynamicObject) -> Value {

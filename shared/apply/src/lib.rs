@@ -9,3 +9,4 @@ pub mod clients;
 pub mod engine;
 pub mod kinds;
 pub mod memo;
+pub mod shared_inventory;
