@@ -28,6 +28,7 @@ pub(crate) enum Sharding {
     Automatic { shards: u32 },
 }
 
+/// How this replica is sharded, from the flags (a `--shard-lease-duration` under 4 s is refused).
 pub(crate) fn sharding(args: &Args) -> anyhow::Result<Sharding> {
     use kuvryn_sync_core::shards::{LabelShard, label_selector, leader_lease_name};
     if let Some(shards) = args.shards {

@@ -32,9 +32,9 @@ const CONTROLLER_USER: &str = "kuvryn-sync-controller-under-test";
 const QUIET: Duration =
     kuvryn_sync_core::rollout::OBSERVE_EVERY.saturating_add(Duration::from_secs(1));
 
-/// At most this many status writes of the Application per reconcile that syncs: the plan's
-/// (inventory before anything is applied) and the settled result's, with room for one more
-/// while issue 26 reduces them.
+/// At most this many status writes of the Application (and of each Revision) from a new commit
+/// to Healthy: today exactly this many — the plan's (the inventory before anything is applied),
+/// the sync's result, and the observation that finds the objects Healthy.
 const MAX_STATUS_WRITES_PER_SYNC: usize = 3;
 
 /// A controller running in this process (the library's `run`), stopped on drop.
