@@ -282,7 +282,7 @@ fn decide_planned(
     // Changes found after this Revision was applied are drift only while it is what runs: a
     // Revision that a rollback replaced since is deployed again.
     let deployed_here = current.deployed_revision.as_deref() == Some(planned.commit.as_str());
-    if phase == Some(RevisionPhase::Applying) && current.sync.state == SyncState::Applying {
+    if phase == Some(RevisionPhase::Applying) && under_way(app, &current, planned) {
         return continue_attempt(current, status, planned);
     }
 
@@ -432,7 +432,7 @@ fn decide_run(
     let Some(request) = &run.request else {
         // A completed rollback holds: keep the rollback's commit running.
         match phase {
-            Some(RevisionPhase::RollingBack) if current.sync.state == SyncState::Applying => {
+            Some(RevisionPhase::RollingBack) if under_way(app, &current, planned) => {
                 return continue_attempt(current, status, planned);
             }
             Some(RevisionPhase::RollingBack) if !has_changes => {
@@ -464,7 +464,7 @@ fn decide_run(
         .is_some_and(|recorded| *recorded == id);
     if this_run {
         match phase {
-            Some(RevisionPhase::RollingBack) if current.sync.state == SyncState::Applying => {
+            Some(RevisionPhase::RollingBack) if under_way(app, &current, planned) => {
                 return continue_attempt(current, status, planned);
             }
             Some(RevisionPhase::Failed) => {
@@ -1253,11 +1253,19 @@ pub fn with_course(
     decision
 }
 
-/// An attempt whose sync step is under way: its Revision `Applying` (`RollingBack` for a rollback
-/// run) while the Application's sync state is `Applying`, which the sync step leaves only once
-/// every group is applied. The step goes on from where the cluster is
-/// ([`crate::advance`]), under the attempt's own deadline: nothing new is recorded (no attempt
-/// counted, no Event, Ready unchanged); only the hooks seen so far are recorded on the Revision.
+/// Whether the attempt of `planned`'s Revision (`Applying`, or `RollingBack` for a run) is under
+/// way: the Application's sync state is `Applying`, which the sync step leaves only once every
+/// group is applied, and no conflict has appeared that `conflictPolicy: fail` refuses (that is a
+/// new attempt's `ConflictFailure`, as before the first group).
+fn under_way(app: &Application, current: &ApplicationStatus, planned: &Planned) -> bool {
+    current.sync.state == SyncState::Applying
+        && (planned.plan.conflicts.is_empty()
+            || app.spec.sync.conflict_policy == ConflictPolicy::Adopt)
+}
+
+/// An attempt whose sync step is [`under_way`]: the step goes on from where the cluster is
+/// ([`crate::advance`]), under the attempt's own deadline; nothing new is recorded (no attempt
+/// counted, no Event, Ready unchanged), only the hooks seen so far on the Revision.
 fn continue_attempt(
     current: ApplicationStatus,
     status: ApplicationStatus,

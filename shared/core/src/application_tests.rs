@@ -3351,6 +3351,8 @@ fn an_attempt_under_way_goes_on_without_counting_a_new_one() {
         (SyncState::Applying, unchanged, true),
         // The Application no longer says Applying (its status write was lost): a new attempt.
         (SyncState::Synced, absent, false),
+        // A conflict appeared under conflictPolicy: fail: a new attempt, which fails on it.
+        (SyncState::Applying, conflicting, false),
         (SyncState::OutOfSync, absent, false),
     ];
     for (n, (sync_state, found, goes_on)) in rows.into_iter().enumerate() {
@@ -3362,9 +3364,11 @@ fn an_attempt_under_way_goes_on_without_counting_a_new_one() {
             planned_with(&web(), found, first.prune.clone(), Some(revision.clone()));
         let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
         let row = format!("row {n}: {sync_state:?}");
-        assert_eq!(d.step, Step::Sync { prune: first.prune.delete.clone() }, "{row}");
-        assert_eq!(d.requeue_after, Some(rollout::OBSERVE_EVERY), "{row}");
+        let syncs = Step::Sync { prune: first.prune.delete.clone() };
+        let conflicts = !planned_state.plan.conflicts.is_empty();
+        assert_eq!(d.step == syncs, !conflicts, "{row}: {:?}", d.step);
         if goes_on {
+            assert_eq!(d.requeue_after, Some(rollout::OBSERVE_EVERY), "{row}");
             assert!(d.events.is_empty(), "{row}: {:?}", d.events);
             assert!(d.revision.is_none(), "{row}: nothing new on the Revision");
             assert!(d.status.is_none(), "{row}: the status stays Applying, Ready unchanged");
@@ -3378,10 +3382,14 @@ fn an_attempt_under_way_goes_on_without_counting_a_new_one() {
             );
             assert_eq!(settled.status.sync.state, SyncState::Synced, "{row}");
             assert_eq!(settled.status.managed_kinds, status.managed_kinds, "{row}");
-        } else {
+        } else if !conflicts {
             assert_eq!(reasons(&d.events), vec!["DeploymentStarted", "PruneSkipped"], "{row}");
             let rs = revision_status(&d);
             assert_eq!((rs.attempts, rs.started_at.clone()), (2, Some(at(30))), "{row}");
+        } else {
+            let rs = revision_status(&d);
+            let reason = rs.failure.as_ref().map(|f| f.reason);
+            assert_eq!((rs.attempts, reason), (2, Some(FailureReason::ConflictFailure)), "{row}");
         }
     }
 }
