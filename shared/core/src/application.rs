@@ -20,6 +20,10 @@
 //! - An automatic attempt first records the inventory (`status.managedKinds` grown by every
 //!   desired kind) together with sync state `Applying`, then applies, then prunes; `settle`
 //!   shrinks the inventory to the kinds that still have live objects.
+//! - The sync step takes one step of the rollout per reconcile (`crate::advance`); while it is
+//!   under way (the Revision `Applying`, or `RollingBack` for a run, and the Application's sync
+//!   state `Applying`) each reconcile goes on with it: no new attempt, Event or deadline, Ready
+//!   unchanged, the hooks seen so far recorded on the Revision.
 //! - Events go out on transitions only: `PlanCreated` for a new Revision, `DeploymentStarted`,
 //!   `ApprovalRequired`, `PruneSkipped` and `PruneInventoryIncomplete` once per attempt, a failure
 //!   reason when the Ready condition changes.
