@@ -1313,7 +1313,7 @@ fn hooks_in_progress(planned: &Planned, recorded: &[HookStatus]) -> Vec<HookStat
 }
 
 /// The statuses after the sync step `decision` ran with `outcome`. A step that continued an
-/// attempt ([`continue_attempt`]) may have left the statuses as they were: those stored are the
+/// attempt (`continue_attempt`) may have left the statuses as they were: those stored are the
 /// base then.
 pub fn settle(
     app: &Application,
