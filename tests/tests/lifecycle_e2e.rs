@@ -11,10 +11,12 @@
 //!   seconds, not at the resync, and a managed kind the controller may not watch (403) is listed
 //!   every few seconds instead (8).
 
+use anyhow::Context;
 use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::PostParams;
-use kuvryn_sync_api::{Application, FailureReason, SyncState};
+use kube::api::{Patch, PatchParams, PostParams};
+use kuvryn_sync_api::{Application, FailureReason, Revision, RevisionPhase, SyncState};
+use kuvryn_sync_core::application::unplanned_revision_name;
 use kuvryn_sync_tests::application::DEADLINE;
 use kuvryn_sync_tests::application::{Env, config_map, env, env_with_workloads, ready};
 use kuvryn_sync_tests::apply::apply_raw;
@@ -99,6 +101,70 @@ async fn a_kind_the_server_does_not_serve_is_plan_failure() -> Result<()> {
     assert!(message.contains("Gadget"), "{message}");
     assert!(env.api::<ConfigMap>().get_opt("beside").await?.is_none(), "applied anyway");
     Ok(())
+}
+
+/// A commit no desired state can be made of leaves a record from its first attempt on: its
+/// Revision (named for the commit and an empty desired-state hash), `Failed` with
+/// `RenderFailure`, written once however often the failure repeats; the next commit deploys as
+/// usual and the record stays (4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_cannot_be_rendered_is_recorded_on_a_failed_revision() -> Result<()> {
+    let env = env("life-unrendered", true).await?;
+    let broken =
+        env.push(&[("apps/web/cm.yaml", "data: [unclosed\n".to_owned())], "not YAML").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    let message = env.wait_failed("web", "RenderFailure").await?;
+    let record = env.revision("web", &broken).await?;
+    let name = record.metadata.name.clone().unwrap_or_default();
+    assert_eq!(name, unplanned_revision_name("web", &broken));
+    assert_eq!(record.spec.desired_state_hash, "", "no desired state existed");
+    let status = record.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, Some(RevisionPhase::Failed));
+    assert_eq!(status.attempts, 1);
+    let failure = status.failure.context("the failure")?;
+    assert_eq!(failure.reason, FailureReason::RenderFailure);
+    assert_eq!(failure.message, message, "the Revision says what Ready says");
+
+    // Asked again, the same failure is not written again.
+    let written = record.metadata.resource_version.clone();
+    for _ in 0..2 {
+        let asked = application_reconciles(&env).await?;
+        env.api::<Application>()
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"annotations": {
+                    "sync.kuvryn.io/reconcile-requested-at": format!("{:?}", std::time::SystemTime::now())}}})),
+            )
+            .await?;
+        wait_for("web reconciled again", DEADLINE, || async {
+            let count = application_reconciles(&env).await?;
+            Ok(((count > asked).then_some(()), format!("{count} reconciles")))
+        })
+        .await?;
+    }
+    let again = env.api::<Revision>().get(&name).await?;
+    assert_eq!(again.metadata.resource_version, written, "the same failure was written again");
+
+    // The next commit deploys, and the record stays.
+    let fixed =
+        env.push(&[("apps/web/cm.yaml", config_map("web", "1", json!({})))], "fixed").await?;
+    env.announce().await?;
+    env.wait_synced("web", &fixed).await?;
+    let kept = env.api::<Revision>().get(&name).await?;
+    assert_eq!(kept.status.and_then(|s| s.phase), Some(RevisionPhase::Failed));
+    Ok(())
+}
+
+/// Application reconciles the controller finished, from its `/metrics`.
+async fn application_reconciles(env: &Env) -> Result<u64> {
+    let series = r#"kuvryn_sync_reconcile_duration_seconds_count{kind="Application"}"#;
+    let text = env.controller_metrics_text().await?;
+    Ok(text
+        .lines()
+        .find_map(|line| line.strip_prefix(series))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0))
 }
 
 /// A `valuesFrom` Secret the service account may not read is `Forbidden`, not `RenderFailure`.
