@@ -302,13 +302,34 @@ async fn every_failed_attempt_is_a_failure_event() -> Result<()> {
                         "strategy": {"failurePolicy": {"maxAttempts": 2}}});
     env.create_app("slow", "apps/slow", policy).await?;
     env.wait_ready("slow", "False", "RetryBlocked").await?;
-    let samples = env.controller_counter("kuvryn_sync_lifecycle_events_total").await?;
-    let count = |reason: &str| {
+    let count = |samples: &[(Vec<String>, u64)], reason: &str| {
         let label = format!("reason=\"{reason}\"");
         samples.iter().filter(|(labels, _)| labels.contains(&label)).map(|(_, n)| n).sum::<u64>()
     };
+    // The Events (and their counts) follow the status write that made Ready RetryBlocked.
+    let samples = wait_for("the RetryBlocked Event", DEADLINE, || async {
+        let samples = env.controller_counter("kuvryn_sync_lifecycle_events_total").await?;
+        let seen = count(&samples, "RetryBlocked") > 0;
+        Ok((seen.then(|| samples.clone()), format!("{samples:?}")))
+    })
+    .await?;
+    let count = |reason: &str| count(&samples, reason);
     assert_eq!(count("TimeoutFailure"), 2, "{samples:?}");
     assert_eq!(count("RetryBlocked"), 1, "{samples:?}");
+    // The same Event recorded again is aggregated as Kubernetes' recorders do: one object per
+    // distinct note, its series counting the recordings.
+    let events: Vec<k8s_openapi::api::events::v1::Event> =
+        env.api::<k8s_openapi::api::events::v1::Event>().list(&Default::default()).await?.items;
+    let timeouts: Vec<_> = events
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("slow"))
+        .filter(|e| e.reason.as_deref() == Some("TimeoutFailure"))
+        .collect();
+    let notes: std::collections::BTreeSet<_> = timeouts.iter().map(|e| e.note.clone()).collect();
+    assert_eq!(timeouts.len(), notes.len(), "one Event per distinct note: {timeouts:#?}");
+    let recorded: i32 = timeouts.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum();
+    println!("TimeoutFailure: {} Event object(s) for {recorded} recordings", timeouts.len());
+    assert_eq!(recorded, 2, "{timeouts:#?}");
     Ok(())
 }
 
