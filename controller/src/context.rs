@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Resource;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::Reporter;
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kuvryn_sync_api::{Application, Repository, Revision};
 use kuvryn_sync_apply::clients::ImpersonatedClients;
@@ -32,7 +32,7 @@ pub struct ApplicationContext {
     pub clients: ImpersonatedClients,
     pub kinds: Kinds,
     pub cache: Arc<GitCache>,
-    pub reporter: Reporter,
+    pub recorder: Recorder,
     /// `--default-service-account`.
     pub default_service_account: Option<String>,
     pub git_timeout: Duration,
@@ -95,7 +95,7 @@ pub(crate) async fn publish(
     ctx: &ApplicationContext,
 ) {
     let reference = app.object_ref(&());
-    events::publish(&ctx.client, &ctx.reporter, &reference, events_to_send, redactor).await;
+    events::publish(&ctx.recorder, &reference, events_to_send, redactor).await;
     for (reason, _) in events_to_send {
         ctx.metrics.count_event(*reason);
     }

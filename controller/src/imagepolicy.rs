@@ -34,7 +34,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
+use kube::runtime::events::Recorder;
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{CONTROLLER_NAME, ImagePolicy};
 use kuvryn_sync_core::credentials::secret_values;
@@ -51,7 +51,7 @@ pub struct ImagePolicyContext {
     pub client: kube::Client,
     /// The registry client every scan shares.
     pub registry: Arc<RegistryClient>,
-    pub reporter: Reporter,
+    pub recorder: Recorder,
     /// Scans at once.
     pub concurrency: u16,
     /// Reconcile durations.
@@ -130,7 +130,7 @@ async fn reconcile(
         api.patch_status(&name, &apply, &Patch::Apply(&body)).await?;
     }
     let reference = policy.object_ref(&());
-    events::publish(&ctx.client, &ctx.reporter, &reference, &decision.events, &redactor).await;
+    events::publish(&ctx.recorder, &reference, &decision.events, &redactor).await;
     Ok(Action::requeue(decision.requeue_after))
 }
 

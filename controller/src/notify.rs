@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::Reporter;
+use kube::runtime::events::Recorder;
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
     Application, EventReason, NotificationEvent, NotificationSink, Revision, keys,
@@ -44,7 +44,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// Delivers notifications; shared by every reconcile.
 pub struct Notifier {
     client: kube::Client,
-    reporter: Reporter,
+    recorder: Recorder,
     metrics: ControllerMetrics,
     http: reqwest::Client,
     queue: Arc<Semaphore>,
@@ -68,7 +68,7 @@ impl Notifier {
     /// `timeout`. TLS trusts the system roots (with `SSL_CERT_FILE`/`SSL_CERT_DIR`).
     pub fn new(
         client: kube::Client,
-        reporter: Reporter,
+        recorder: Recorder,
         metrics: ControllerMetrics,
         queue_size: usize,
         timeout: Duration,
@@ -82,7 +82,7 @@ impl Notifier {
             .map_err(|_| anyhow::anyhow!("cannot build the notification HTTP client"))?;
         Ok(Notifier {
             client,
-            reporter,
+            recorder,
             metrics,
             http,
             queue: Arc::new(Semaphore::new(queue_size.max(1))),
@@ -270,7 +270,7 @@ impl Notifier {
             message = %redactor.redact(message), "notification not delivered");
         let reference = app.object_ref(&());
         let sent = [(reason, message.to_owned())];
-        events::publish(&self.client, &self.reporter, &reference, &sent, &redactor).await;
+        events::publish(&self.recorder, &reference, &sent, &redactor).await;
         self.metrics.count_event(reason);
     }
 }

@@ -124,7 +124,9 @@ fn connect(
     );
     let registry = registry_client(&args)?;
     tokio::spawn(wait_for_crds(client.clone(), ops.readiness.clone()));
+    let recorder = kuvryn_sync_runtime::events::controller_recorder(&client);
     Ok(Parts {
+        recorder,
         args,
         client,
         config,

@@ -8,7 +8,6 @@ use kube::api::Api;
 use kuvryn_sync_apply::clients::{ImpersonatedClients, RequestObserver};
 use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_apply::shared_inventory::SharedInventory;
-use kuvryn_sync_runtime::events;
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
 use kuvryn_sync_source::git::GitCache;
 
@@ -28,6 +27,8 @@ pub(crate) struct Parts {
     pub(crate) cache: Arc<GitCache>,
     pub(crate) registry: Arc<kuvryn_sync_source::registry::RegistryClient>,
     pub(crate) metrics: ControllerMetrics,
+    /// One Event recorder for every reconciler, so a repeated Event becomes a series.
+    pub(crate) recorder: kube::runtime::events::Recorder,
     /// The state gauges' store writers, taken by the first start.
     pub(crate) gauges: std::sync::Mutex<Option<GaugeWriters>>,
 }
@@ -72,7 +73,7 @@ impl Reconcilers {
         let repositories = Arc::new(repository::RepositoryContext {
             client: client.clone(),
             cache: Arc::clone(&parts.cache),
-            reporter: events::controller_reporter(),
+            recorder: parts.recorder.clone(),
             default_poll_interval: args.default_poll_interval,
             git_timeout: args.git_timeout,
             concurrency: args.repository_concurrency.max(1),
@@ -83,7 +84,7 @@ impl Reconcilers {
         let image_policies = Arc::new(imagepolicy::ImagePolicyContext {
             client: client.clone(),
             registry: Arc::clone(&parts.registry),
-            reporter: events::controller_reporter(),
+            recorder: parts.recorder.clone(),
             concurrency: args.image_policy_concurrency.max(1),
             metrics: parts.metrics.clone(),
             shard: scope.clone(),
@@ -124,7 +125,7 @@ impl Reconcilers {
                 .observed(Arc::clone(&parts.count_request)),
             kinds: Kinds::default(),
             cache: Arc::clone(&parts.cache),
-            reporter: events::controller_reporter(),
+            recorder: parts.recorder.clone(),
             default_service_account: args.default_service_account.clone(),
             git_timeout: args.git_timeout,
             concurrency: args.application_concurrency.max(1),
@@ -139,7 +140,7 @@ impl Reconcilers {
             renderers: renderers(args, metrics),
             notifier: Arc::new(notify::Notifier::new(
                 client.clone(),
-                events::controller_reporter(),
+                parts.recorder.clone(),
                 metrics.clone(),
                 args.notification_queue_size,
                 args.notification_timeout,

@@ -28,7 +28,7 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
+use kube::runtime::events::Recorder;
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{Application, CONTROLLER_NAME, FailureReason, Repository};
 use kuvryn_sync_core::discovery::{self, ConfigFileRead, DeleteAction};
@@ -45,7 +45,7 @@ use kuvryn_sync_source::tree::read_config_file;
 pub struct RepositoryContext {
     pub client: kube::Client,
     pub cache: Arc<GitCache>,
-    pub reporter: Reporter,
+    pub recorder: Recorder,
     /// Poll interval when `spec.pollInterval` is unset.
     pub default_poll_interval: Duration,
     /// Upper bound for one remote interaction.
@@ -230,7 +230,7 @@ async fn write(
         repositories.patch_status(&repo.name_any(), &apply, &Patch::Apply(&body)).await?;
     }
     let reference = repo.object_ref(&());
-    events::publish(&ctx.client, &ctx.reporter, &reference, &decision.events, redactor).await;
+    events::publish(&ctx.recorder, &reference, &decision.events, redactor).await;
     Ok(())
 }
 

@@ -1808,12 +1808,21 @@ pub fn unplanned_revision_name(application: &str, commit: &str) -> String {
     revision_name(application, commit, "")
 }
 
-/// The commit and failure of an observation that stopped at a known commit before a plan
-/// existed (checkout, render, decryption, validation or planning failed): what
-/// [`with_unplanned_revision`] records.
+/// The commit and failure of an observation that stopped at a known commit because no desired
+/// state could be made of it (`RenderFailure`, `DecryptionFailure`, `ValidationFailure`): what
+/// [`with_unplanned_revision`] records. Failures of the source or the API on the way (a fetch,
+/// a read while planning) are the Application's, retried without a record: they say nothing
+/// about the commit, and a Revision per hiccup would bury the history.
 pub fn unplanned_failure(observation: &Observation) -> Option<(&str, FailureReason, &str)> {
     match observation {
-        Observation::Failed { reason, message, commit: Some(commit), .. } => {
+        Observation::Failed { reason, message, commit: Some(commit), .. }
+            if matches!(
+                reason,
+                FailureReason::RenderFailure
+                    | FailureReason::DecryptionFailure
+                    | FailureReason::ValidationFailure
+            ) =>
+        {
             Some((commit.as_str(), *reason, message.as_str()))
         }
         _ => None,

@@ -3456,9 +3456,10 @@ fn a_failure_before_the_plan_at_a_commit_is_recorded_on_its_revision() {
         (FailureReason::RenderFailure, true, true),
         (FailureReason::DecryptionFailure, true, true),
         (FailureReason::ValidationFailure, true, true),
-        (FailureReason::PlanFailure, true, true),
-        (FailureReason::Forbidden, true, true),
-        (FailureReason::SourceFailure, true, true),
+        (FailureReason::RenderFailure, false, false),
+        (FailureReason::PlanFailure, true, false),
+        (FailureReason::Forbidden, true, false),
+        (FailureReason::SourceFailure, true, false),
         (FailureReason::SourceFailure, false, false),
         (FailureReason::ServiceAccountFailure, false, false),
     ];

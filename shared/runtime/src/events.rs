@@ -1,6 +1,12 @@
 //! Recording Kubernetes Events for our objects. Every note goes through the reconcile's
 //! [`Redactor`] before it leaves the process; a failure to record is logged, never fatal (Events
 //! are best effort in Kubernetes too).
+//!
+//! One [`Recorder`] serves the whole controller ([`controller_recorder`]): kube-runtime's
+//! recorder remembers the Events it sent, so the same Event again on the same object (same
+//! type, reason, note and reporter) within its cache's lifetime becomes a series, as
+//! Kubernetes' own event recorders aggregate: one Event whose `series.count` grows, patched,
+//! instead of a new object per repetition.
 
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kuvryn_sync_api::{CONTROLLER_NAME, EventReason, EventType};
@@ -11,18 +17,19 @@ pub fn controller_reporter() -> Reporter {
     Reporter { controller: CONTROLLER_NAME.into(), instance: std::env::var("POD_NAME").ok() }
 }
 
+/// The controller's Event recorder, shared by every reconciler so repeated Events become
+/// series.
+pub fn controller_recorder(client: &kube::Client) -> Recorder {
+    Recorder::new(client.clone(), controller_reporter())
+}
+
 /// Record `events` (reason, message) on the object `reference`, redacting each message.
 pub async fn publish(
-    client: &kube::Client,
-    reporter: &Reporter,
+    recorder: &Recorder,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
     events: &[(EventReason, String)],
     redactor: &Redactor,
 ) {
-    if events.is_empty() {
-        return;
-    }
-    let recorder = Recorder::new(client.clone(), reporter.clone());
     for (reason, message) in events {
         let event = Event {
             type_: match reason.event_type() {
