@@ -9,7 +9,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Resource;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kuvryn_sync_api::{Application, Repository, Revision};
 use kuvryn_sync_apply::clients::ImpersonatedClients;
@@ -17,7 +16,7 @@ use kuvryn_sync_apply::kinds::Kinds;
 use kuvryn_sync_apply::memo::DryRunMemo;
 use kuvryn_sync_apply::shared_inventory::SharedInventory;
 use kuvryn_sync_core::redact::Redactor;
-use kuvryn_sync_runtime::events;
+use kuvryn_sync_runtime::events::EventRecorder;
 use kuvryn_sync_runtime::metrics::ControllerMetrics;
 use kuvryn_sync_source::git::GitCache;
 
@@ -32,7 +31,7 @@ pub struct ApplicationContext {
     pub clients: ImpersonatedClients,
     pub kinds: Kinds,
     pub cache: Arc<GitCache>,
-    pub recorder: Recorder,
+    pub recorder: Arc<EventRecorder>,
     /// `--default-service-account`.
     pub default_service_account: Option<String>,
     pub git_timeout: Duration,
@@ -95,7 +94,7 @@ pub(crate) async fn publish(
     ctx: &ApplicationContext,
 ) {
     let reference = app.object_ref(&());
-    events::publish(&ctx.recorder, &reference, events_to_send, redactor).await;
+    ctx.recorder.publish(&reference, events_to_send, redactor).await;
     for (reason, _) in events_to_send {
         ctx.metrics.count_event(*reason);
     }

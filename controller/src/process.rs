@@ -124,7 +124,7 @@ fn connect(
     );
     let registry = registry_client(&args)?;
     tokio::spawn(wait_for_crds(client.clone(), ops.readiness.clone()));
-    let recorder = kuvryn_sync_runtime::events::controller_recorder(&client);
+    let recorder = Arc::new(kuvryn_sync_runtime::events::EventRecorder::controller(&client));
     Ok(Parts {
         recorder,
         args,

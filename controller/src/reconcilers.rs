@@ -28,7 +28,7 @@ pub(crate) struct Parts {
     pub(crate) registry: Arc<kuvryn_sync_source::registry::RegistryClient>,
     pub(crate) metrics: ControllerMetrics,
     /// One Event recorder for every reconciler, so a repeated Event becomes a series.
-    pub(crate) recorder: kube::runtime::events::Recorder,
+    pub(crate) recorder: Arc<kuvryn_sync_runtime::events::EventRecorder>,
     /// The state gauges' store writers, taken by the first start.
     pub(crate) gauges: std::sync::Mutex<Option<GaugeWriters>>,
 }
