@@ -4,6 +4,10 @@
 //! the Kubernetes status conventions ([`crate::kstatus`]). A rule that errors leaves the object
 //! Progressing with the rule's message, never falls through to kstatus.
 
+pub mod diagnosis;
+pub mod health_rules;
+pub mod kstatus;
+
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -12,7 +16,7 @@ use serde_json::Value;
 
 use crate::desired::Stage;
 use crate::health_rules::{InvalidRule, RuleOutcome, RuleSet};
-use crate::{kstatus, rollout};
+use crate::rollout;
 
 /// The health of a live object of `stage`: the HealthCheck rules for its kind, then kstatus.
 pub fn object_health(

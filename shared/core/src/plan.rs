@@ -14,6 +14,11 @@
 //! an approval binds to exactly this desired state and these changes. The Revision stores a
 //! bounded summary ([`Plan::summary`]).
 
+pub mod field_manager;
+pub mod inventory;
+pub mod order;
+pub mod prune;
+
 use std::collections::BTreeSet;
 
 use kuvryn_sync_api::{AdoptedField, PlanAction, PlanChange, PlanSummary, ResourceRef};
