@@ -229,12 +229,7 @@ async fn a_failed_rollout_rolls_back_and_the_failed_commit_stays_held() -> Resul
             .await?;
         env.announce().await?;
         let deadline = Instant::now() + Duration::from_secs(60);
-        while since_restart()
-            .lines()
-            .filter(|l| l.contains(reconciled_web))
-            .count()
-            < round
-        {
+        while since_restart().lines().filter(|l| l.contains(reconciled_web)).count() < round {
             ensure!(
                 Instant::now() < deadline,
                 "the restarted controller did not reconcile web (round {round}):\n{}",
