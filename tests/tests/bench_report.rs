@@ -88,7 +88,10 @@ fn benchmark_lines_become_figures_and_an_html_report_with_svg_plots() -> Result<
     assert_eq!(sharded("shard_split_deviation")?["value"], 10.0);
     let one = |name: &str| figures.iter().find(|f| f["name"] == name && f["N"] == 1000);
     let one_ready = one("time_to_all_ready").context("the one-controller run")?;
-    ensure!(one_ready.get("shards").is_none(), "the one-controller figure comes first: {one_ready}");
+    ensure!(
+        one_ready.get("shards").is_none(),
+        "the one-controller figure comes first: {one_ready}"
+    );
     let ready = figure(&figures, "time_to_all_ready", 100)?;
     assert_eq!((ready["value"].as_f64(), ready["unit"].as_str()), (Some(6.25), Some("s")));
     assert_eq!(ready["baseline"].as_f64(), Some(1.5), "the floor of the same run");

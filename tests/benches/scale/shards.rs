@@ -387,11 +387,32 @@ impl Figures {
     }
 }
 
+/// Stop every replica at once with SIGTERM, as deleting their Deployment would (one at a time,
+/// each stop would hand its shards to the others first). A replica still running after
+/// [`DEADLINE`] is reported with its log's last lines and killed (on drop); the figures are
+/// printed already, so this does not fail the benchmark.
 async fn stop(replicas: Vec<Replica>) -> Result<()> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    for replica in &replicas {
+        let pid = i32::try_from(replica.process.pid()).context("pid")?;
+        kill(Pid::from_raw(pid), Signal::SIGTERM)?;
+    }
     for mut replica in replicas {
-        let status = replica.process.terminate(DEADLINE).await?;
-        if !status.success() {
-            eprintln!("replica {} exited with {status} on SIGTERM", short(&replica.user));
+        match replica.process.wait_exit(DEADLINE).await {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                eprintln!("replica {} exited with {status} on SIGTERM", short(&replica.user))
+            }
+            Err(err) => {
+                let text = log_text(&replica.log);
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!(
+                    "WARNING: replica {} {err:#} after SIGTERM; killed. Its log, last lines:\n{}",
+                    short(&replica.user),
+                    lines[lines.len().saturating_sub(30)..].join("\n")
+                );
+            }
         }
     }
     Ok(())
