@@ -16,6 +16,8 @@
 //! sent. Requests are also summed from every replica's `kuvryn_sync_api_requests_total`; peak
 //! RSS is each replica's `VmHWM`, and their sum. The line printed is `scale_apps_ready` with
 //! `"shards": N`; the push, re-sync and steady-state phases run only with one controller.
+//! Then the replicas are stopped with SIGTERM, all at once (or one after the other with
+//! `KSYNC_SCALE_SHARD_STOP=one-by-one`), and how long each took to exit is printed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -387,33 +389,46 @@ impl Figures {
     }
 }
 
-/// Stop every replica at once with SIGTERM, as deleting their Deployment would (one at a time,
-/// each stop would hand its shards to the others first). A replica still running after
+/// Stop the replicas with SIGTERM: all at once, as deleting their Deployment would, or with
+/// `KSYNC_SCALE_SHARD_STOP=one-by-one` one after the other (each stop then hands its shards to
+/// the others first). Prints how long each took to exit. A replica still running after
 /// [`DEADLINE`] is reported with its log's last lines and killed (on drop); the figures are
 /// printed already, so this does not fail the benchmark.
 async fn stop(replicas: Vec<Replica>) -> Result<()> {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
-    for replica in &replicas {
-        let pid = i32::try_from(replica.process.pid()).context("pid")?;
-        kill(Pid::from_raw(pid), Signal::SIGTERM)?;
+    let one_by_one = std::env::var("KSYNC_SCALE_SHARD_STOP").as_deref() == Ok("one-by-one");
+    let start = Instant::now();
+    if !one_by_one {
+        for replica in &replicas {
+            sigterm(replica)?;
+        }
     }
     for mut replica in replicas {
+        if one_by_one {
+            sigterm(&replica)?;
+        }
+        let name = short(&replica.user).to_owned();
         match replica.process.wait_exit(DEADLINE).await {
-            Ok(status) if status.success() => {}
-            Ok(status) => {
-                eprintln!("replica {} exited with {status} on SIGTERM", short(&replica.user))
-            }
+            Ok(status) => eprintln!(
+                "replica {name} exited ({status}) {:.1} s after the first SIGTERM",
+                start.elapsed().as_secs_f64()
+            ),
             Err(err) => {
                 let text = log_text(&replica.log);
                 let lines: Vec<&str> = text.lines().collect();
                 eprintln!(
-                    "WARNING: replica {} {err:#} after SIGTERM; killed. Its log, last lines:\n{}",
-                    short(&replica.user),
+                    "WARNING: replica {name} {err:#} after SIGTERM; killed. Its log, last lines:\n{}",
                     lines[lines.len().saturating_sub(30)..].join("\n")
                 );
             }
         }
     }
+    Ok(())
+}
+
+fn sigterm(replica: &Replica) -> Result<()> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let pid = i32::try_from(replica.process.pid()).context("pid")?;
+    kill(Pid::from_raw(pid), Signal::SIGTERM)?;
     Ok(())
 }
