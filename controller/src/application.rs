@@ -37,7 +37,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -48,15 +47,12 @@ use kuvryn_sync_api::{
     HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
     keys,
 };
-use kuvryn_sync_apply::clients::ImpersonatedClients;
 use kuvryn_sync_apply::engine::{Engine, EngineError, Shared};
-use kuvryn_sync_apply::kinds::Kinds;
-use kuvryn_sync_apply::memo::DryRunMemo;
-use kuvryn_sync_apply::shared_inventory::SharedInventory;
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
     cancel_superseded, decide, failing_source, learn_secret_values, previous_healthy,
-    revision_name, run_for, settle, wait_for_dependencies, with_course, with_dependencies,
+    revision_name, run_for, settle, unplanned_failure, unplanned_revision_name,
+    wait_for_dependencies, with_course, with_dependencies, with_unplanned_revision,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
@@ -70,80 +66,15 @@ use kuvryn_sync_core::rollback::{self, Course};
 use kuvryn_sync_core::rollout::{self, ObjectHealth};
 use kuvryn_sync_core::{dependencies, field_manager, history, inventory};
 use kuvryn_sync_runtime::durations::Reconciled;
-use kuvryn_sync_runtime::events;
-use kuvryn_sync_runtime::metrics::ControllerMetrics;
-use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest, GitCache};
+use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest};
 
-use crate::fault::FaultPoint;
-use crate::watches::ManagedWatches;
+use crate::context::{ApplicationContext, ReconcileError, publish, service_account_of};
 use crate::{deletion, diagnose, health, notify, render};
 use crate::{references, source, triggers};
-
-/// What the reconciler needs.
-pub struct ApplicationContext {
-    /// The controller's own client: Applications, Revisions, Repositories, service accounts.
-    pub client: kube::Client,
-    /// Clients acting as Applications' service accounts: everything done to managed objects.
-    pub clients: ImpersonatedClients,
-    pub kinds: Kinds,
-    pub cache: Arc<GitCache>,
-    pub reporter: Reporter,
-    /// `--default-service-account`.
-    pub default_service_account: Option<String>,
-    pub git_timeout: Duration,
-    /// Applications reconciled at once.
-    pub concurrency: u16,
-    /// How often an Application is planned again without a trigger (drift, lost events).
-    pub resync: Duration,
-    /// How long a CustomResourceDefinition may take to become Established.
-    pub crd_timeout: Duration,
-    pub watches: Arc<ManagedWatches>,
-    /// A test-only point where the process dies (`KSYNC_TEST_FAULT_POINT`).
-    pub fault: Option<FaultPoint>,
-    /// Counts every Application Event.
-    pub metrics: ControllerMetrics,
-    /// The HealthCheck rules, watched.
-    pub health_rules: crate::health::HealthRules,
-    /// The render engines and their limits.
-    pub renderers: crate::render::Renderers,
-    /// Notification delivery (`spec.notifications`).
-    pub notifier: Arc<crate::notify::Notifier>,
-    /// Every Repository, kept by the watch [`run`] already keeps for its triggers: a reconcile
-    /// reads its Repository here, and from the API server only when the store has none.
-    pub repositories: Store<Repository>,
-    /// Dry runs known to change nothing, trusted for one resync interval.
-    pub dry_runs: DryRunMemo,
-    /// The managed objects the shared watches ([`ManagedWatches`]) keep, by Application: a
-    /// plan's inventory without a list per kind when they are as good as one.
-    pub inventory: Arc<SharedInventory>,
-    /// Every ServiceAccount's name (metadata only, kept by [`run`]'s watch): step 1 checks the
-    /// Application's account here, and asks the API server only when the store has none.
-    pub service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
-    /// Every Revision (without managed fields), kept by [`run`]'s watch: the history of a new
-    /// Revision and `spec.history.limit` read it here, never with a list per reconcile.
-    pub revisions: Store<Revision>,
-    /// The controller's shard: which Applications (and Repositories, Revisions) it watches.
-    pub shard: crate::shards::Scope,
-    /// Revisions written and not yet in [`Self::revisions`]: read from the API server meanwhile.
-    pub revision_writes: Arc<crate::revision_writes::RevisionWrites>,
-}
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
 /// goes.
 pub const APPLICATION_FINALIZER: &str = "sync.kuvryn.io/application-cleanup";
-
-/// Errors that make the reconcile retry with backoff.
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error("Kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("the Application has no namespace")]
-    NoNamespace,
-    #[error("background task failed: {0}")]
-    Join(#[from] tokio::task::JoinError),
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<ReconcileError>>),
-}
 
 /// The result of an observation step: its value, or the failure that ends observation.
 type StepResult<T> = Result<Result<T, Observation>, ReconcileError>;
@@ -165,70 +96,106 @@ pub async fn run(
         Api::<Application>::all(ctx.client.clone()),
         ctx.shard.clone(),
     );
+    let (sinks_writer, referenced, _stop_polling) = poll_references(&ctx.client, &reader);
+    let requeues = futures::stream::select(receive(triggers), receive(referenced));
+    let controller = Controller::for_stream(stream, reader.clone()).with_config(
+        kube::runtime::controller::Config::default()
+            .concurrency(ctx.concurrency)
+            .debounce(Duration::from_millis(500)),
+    );
+    let controller = with_sources(controller, &ctx, &reader, (repositories, service_accounts))
+        .reconcile_on(requeues);
+    let reading = (&ctx.client, &ctx.shard, &ctx.revision_writes);
+    with_reads(controller, reading, &reader, (revisions, sinks_writer))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move { triggers::log_failure("Application", &result) })
+        .await;
+}
+
+/// Poll the Secrets and ConfigMaps Applications read by name (see `references`): the writer
+/// of the NotificationSink store the polling reads, the Applications whose references
+/// changed, and a guard that stops the polling when dropped.
+fn poll_references(
+    client: &kube::Client,
+    applications: &Store<Application>,
+) -> (
+    Writer<NotificationSink>,
+    tokio::sync::mpsc::Receiver<ObjectRef<Application>>,
+    tokio_util::sync::DropGuard,
+) {
+    let (sinks_store, sinks_writer) = kube::runtime::reflector::store();
+    let (referenced_tx, referenced_rx) = tokio::sync::mpsc::channel(crate::watches::QUEUE);
+    let poll_stop = tokio_util::sync::CancellationToken::new();
+    let guard = poll_stop.clone().drop_guard();
+    tokio::spawn(references::poll(
+        client.clone(),
+        applications.clone(),
+        sinks_store,
+        referenced_tx,
+        references::POLL_EVERY,
+        poll_stop,
+    ));
+    (sinks_writer, referenced_rx, guard)
+}
+
+/// The watches of what an Application's sync starts from: its Repository (a new observed
+/// commit, or Ready changing), its dependencies (their health, revisions or Ready changing
+/// re-evaluates their dependents) and its service account (appearing, or created again).
+fn with_sources(
+    controller: Controller<Application>,
+    ctx: &ApplicationContext,
+    applications: &Store<Application>,
+    (repositories, service_accounts): (
+        Writer<Repository>,
+        Writer<PartialObjectMeta<ServiceAccount>>,
+    ),
+) -> Controller<Application> {
     let repositories =
         watcher(Api::<Repository>::all(ctx.client.clone()), ctx.shard.watcher_config())
             .default_backoff()
             .reflect(repositories)
             .applied_objects()
             .predicate_filter(observed_revision, Default::default());
-    // A service account appearing (or created again) re-checks the Applications acting as it.
-    let accounts = watcher(
-        Api::<PartialObjectMeta<ServiceAccount>>::all(ctx.client.clone()),
-        Default::default(),
-    )
-    .default_backoff()
-    .modify(|account| {
-        account.metadata.managed_fields = None;
-        account.metadata.annotations = None;
-        account.metadata.labels = None;
-    })
-    .reflect(service_accounts)
-    .applied_objects()
-    .predicate_filter(account_identity, Default::default());
-    let (store, reads) = (reader.clone(), reader.clone());
-    let dependency_store = reader.clone();
-    let account_store = reader.clone();
-    let default_account = ctx.default_service_account.clone();
-    // A dependency's health, revisions or Ready changing re-evaluates its dependents.
     let dependency_changes =
         watcher(Api::<Application>::all(ctx.client.clone()), ctx.shard.watcher_config())
             .default_backoff()
             .applied_objects()
             .predicate_filter(readiness, Default::default());
-    // Secrets and ConfigMaps read by name: polled (see `references`), their changes queued.
-    let (sinks_store, sinks_writer) = kube::runtime::reflector::store();
-    let (referenced_tx, referenced_rx) = tokio::sync::mpsc::channel(crate::watches::QUEUE);
-    let poll_stop = tokio_util::sync::CancellationToken::new();
-    let _stop_polling = poll_stop.clone().drop_guard();
-    tokio::spawn(references::poll(
-        ctx.client.clone(),
-        reader.clone(),
-        sinks_store,
-        referenced_tx,
-        references::POLL_EVERY,
-        poll_stop,
-    ));
-    let requeues = futures::stream::select(receive(triggers), receive(referenced_rx));
-    let controller = Controller::for_stream(stream, reader)
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .concurrency(ctx.concurrency)
-                .debounce(Duration::from_millis(500)),
-        )
+    let (store, dependency_store) = (applications.clone(), applications.clone());
+    let account_store = applications.clone();
+    let default_account = ctx.default_service_account.clone();
+    controller
         .watches_stream(repositories, move |repo: Repository| following(&store.state(), &repo))
         .watches_stream(dependency_changes, move |changed: Application| {
             dependents_of(&dependency_store.state(), &changed)
         })
-        .watches_stream(accounts, move |account: PartialObjectMeta<ServiceAccount>| {
-            acting_as(&account_store.state(), &account, default_account.as_deref())
+        .watches_stream(
+            account_changes(&ctx.client, service_accounts),
+            move |account: PartialObjectMeta<ServiceAccount>| {
+                acting_as(&account_store.state(), &account, default_account.as_deref())
+            },
+        )
+}
+
+/// Service accounts appearing or created again (names only: no managed fields, annotations
+/// or labels are kept in `store`).
+fn account_changes(
+    client: &kube::Client,
+    store: Writer<PartialObjectMeta<ServiceAccount>>,
+) -> impl futures::Stream<Item = Result<PartialObjectMeta<ServiceAccount>, watcher::Error>>
++ Send
++ 'static {
+    watcher(Api::<PartialObjectMeta<ServiceAccount>>::all(client.clone()), Default::default())
+        .default_backoff()
+        .modify(|account| {
+            account.metadata.managed_fields = None;
+            account.metadata.annotations = None;
+            account.metadata.labels = None;
         })
-        .reconcile_on(requeues);
-    let reading = (&ctx.client, &ctx.shard, &ctx.revision_writes);
-    with_reads(controller, reading, &reads, (revisions, sinks_writer))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|result| async move { triggers::log_failure("Application", &result) })
-        .await;
+        .reflect(store)
+        .applied_objects()
+        .predicate_filter(account_identity, Default::default())
 }
 
 /// The requests sent to `receiver`, as a stream.
@@ -476,9 +443,18 @@ async fn sync_application(
         let rules = ctx.health_rules.current();
         decision.events.extend(newly_invalid_health_checks(&app, &rules, planned));
     }
+    let unplanned = unplanned_revision(&app, namespace, &observation, ctx).await?;
+    let mut decision = with_unplanned_revision(
+        decision,
+        &app,
+        &observation,
+        unplanned.as_ref(),
+        &redactor,
+        &now(),
+    );
     let previous = match &observation {
         Observation::Planned(planned) => planned.revision.as_ref(),
-        Observation::Failed { .. } => None,
+        Observation::Failed { .. } => unplanned.as_ref(),
     };
     write_with_history(&app, namespace, &mut decision, previous, &redactor, ctx).await?;
     if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
@@ -1092,6 +1068,23 @@ async fn plan_desired_state(
     }))
 }
 
+/// The Revision recording attempts that failed at a commit before a plan existed
+/// ([`unplanned_revision_name`]), when the observation is such a failure and it exists.
+async fn unplanned_revision(
+    app: &Application,
+    namespace: &str,
+    observation: &Observation,
+    ctx: &ApplicationContext,
+) -> Result<Option<Revision>, kube::Error> {
+    match unplanned_failure(observation) {
+        Some((commit, _, _)) => {
+            let name = unplanned_revision_name(&app.name_any(), commit);
+            planned_revision(namespace, &name, ctx).await
+        }
+        None => Ok(None),
+    }
+}
+
 /// Revision `name` as last written: from the watched store, unless this controller wrote it
 /// since and the store has not caught up, or the store has none (a Revision of another shard's
 /// label, say); then from the API server.
@@ -1640,26 +1633,6 @@ async fn write_suspended(
     }
     status.observed_generation = app.metadata.generation;
     write_status(app, namespace, &status, ctx).await
-}
-
-pub(crate) async fn publish(
-    app: &Application,
-    events_to_send: &[(kuvryn_sync_api::EventReason, String)],
-    redactor: &Redactor,
-    ctx: &ApplicationContext,
-) {
-    let reference = app.object_ref(&());
-    events::publish(&ctx.client, &ctx.reporter, &reference, events_to_send, redactor).await;
-    for (reason, _) in events_to_send {
-        ctx.metrics.count_event(*reason);
-    }
-    let identity = (&ctx.clients, service_account_of(app, ctx));
-    ctx.notifier.notify(app, events_to_send, redactor, identity).await;
-}
-
-/// The service account `app` acts as, if any (the Secrets of its sinks are read as it).
-fn service_account_of<'a>(app: &'a Application, ctx: &'a ApplicationContext) -> Option<&'a str> {
-    app.spec.service_account_name.as_deref().or(ctx.default_service_account.as_deref())
 }
 
 #[cfg(test)]

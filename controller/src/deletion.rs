@@ -12,14 +12,14 @@ use std::collections::BTreeSet;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kuvryn_sync_api::{Application, DeletionPolicy, EventReason, FailureReason};
+use kuvryn_sync_api::{Application, ApplicationStatus, DeletionPolicy, EventReason, FailureReason};
 use kuvryn_sync_apply::engine::{Engine, EngineError};
 use kuvryn_sync_core::desired::GroupKind;
 use kuvryn_sync_core::field_manager;
 use kuvryn_sync_core::prune::{MAX_NAMED, ManagedObject, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
 
-use crate::application::{ApplicationContext, ReconcileError, publish};
+use crate::context::{ApplicationContext, ReconcileError, publish};
 
 /// Carry out `app`'s deletion policy; the finalizer is removed when this returns `Ok`.
 pub async fn clean_up(
@@ -36,18 +36,26 @@ pub async fn clean_up(
         tracing::info!(application = %app.name_any(), %namespace, "deleted; managed objects left in place");
         return Ok(Action::await_change());
     };
-    let mut events = Vec::new();
-    let client = match ctx.clients.for_service_account(namespace, &identity) {
-        Ok(client) => client,
-        Err(err) => {
-            events.push((EventReason::ManagedResourcesOrphaned, err.to_string()));
-            publish(app, &events, &Redactor::new(), ctx).await;
-            return Ok(Action::await_change());
-        }
+    let events = match ctx.clients.for_service_account(namespace, &identity) {
+        Ok(client) => delete_managed(app, namespace, &status, &client, ctx).await,
+        Err(err) => vec![(EventReason::ManagedResourcesOrphaned, err.to_string())],
     };
+    publish(app, &events, &Redactor::new(), ctx).await;
+    Ok(Action::await_change())
+}
+
+/// Delete `app`'s inventory as `client` (its service account), except what the prune decision
+/// keeps; the Events that say what was left in place, and why.
+async fn delete_managed(
+    app: &Application,
+    namespace: &str,
+    status: &ApplicationStatus,
+    client: &kube::Client,
+    ctx: &ApplicationContext,
+) -> Vec<(EventReason, String)> {
     let manager = field_manager::for_application(namespace, &app.name_any());
     let engine = Engine {
-        client: &client,
+        client,
         kinds: &ctx.kinds,
         field_manager: &manager,
         adopt: false,
@@ -65,12 +73,8 @@ pub async fn clean_up(
     {
         Ok(inventory) => inventory,
         Err(err) => {
-            events.push((
-                EventReason::ManagedResourcesOrphaned,
-                format!("cannot find the managed objects: {err}"),
-            ));
-            publish(app, &events, &Redactor::new(), ctx).await;
-            return Ok(Action::await_change());
+            let message = format!("cannot find the managed objects: {err}");
+            return vec![(EventReason::ManagedResourcesOrphaned, message)];
         }
     };
     let kinds: BTreeSet<GroupKind> = inventory.listed.iter().cloned().collect();
@@ -81,11 +85,9 @@ pub async fn clean_up(
     for kind in &inventory.unlisted {
         left.push(format!("every {kind} (the service account may not list them)"));
     }
-    events.extend(leftover_events(&refused, &left));
-    publish(app, &events, &Redactor::new(), ctx).await;
     tracing::info!(application = %app.name_any(), %namespace, deleted = decision.delete.len() - refused.len(),
         left = left.len(), "deleted with DeleteManagedResources");
-    Ok(Action::await_change())
+    leftover_events(&refused, &left)
 }
 
 /// Delete `objects` one by one; those left are added to `left`. The refusals' messages.

@@ -239,21 +239,8 @@ impl ImageWriteBack {
         );
         request.timeout = timeout;
         request.scratch_dir = Some(scratch_dir.to_owned());
-        if url.kind == GitUrlKind::Git {
-            // git:// cannot authenticate: the Secret is only checked for the opt-in.
-            if let Err(err) = credentials::check_label(&secret) {
-                return Ok(Err(format!("spec.imageUpdate.secretRef: {err}")));
-            }
-        } else {
-            match GitCredentials::from_secret(&secret, &url) {
-                Ok(creds) => {
-                    if let GitAuth::Basic(basic) = &creds.auth {
-                        request.ca_certs_pem = basic.ca_bundle.clone();
-                    }
-                    request.credentials = Some(creds.auth);
-                }
-                Err(err) => return Ok(Err(format!("spec.imageUpdate.secretRef: {err}"))),
-            }
+        if let Err(err) = with_credentials(&mut request, &secret, &url) {
+            return Ok(Err(format!("spec.imageUpdate.secretRef: {err}")));
         }
         if let Err(err) = std::fs::create_dir_all(scratch_dir) {
             return Ok(Err(format!(
@@ -263,6 +250,24 @@ impl ImageWriteBack {
         }
         Ok(Ok(request))
     }
+}
+
+/// Add the push credentials in `secret` to `request`. `git://` cannot authenticate: the Secret
+/// is only checked for the opt-in label.
+fn with_credentials(
+    request: &mut PushRequest,
+    secret: &Secret,
+    url: &GitUrl,
+) -> Result<(), String> {
+    if url.kind == GitUrlKind::Git {
+        return credentials::check_label(secret).map_err(|err| err.to_string());
+    }
+    let creds = GitCredentials::from_secret(secret, url).map_err(|err| err.to_string())?;
+    if let GitAuth::Basic(basic) = &creds.auth {
+        request.ca_certs_pem = basic.ca_bundle.clone();
+    }
+    request.credentials = Some(creds.auth);
+    Ok(())
 }
 
 /// Hash of an ImagePolicy's `status.latestImage`, the change that matters to write-back.

@@ -34,13 +34,12 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{CONTROLLER_NAME, ImagePolicy};
 use kuvryn_sync_core::credentials::secret_values;
 use kuvryn_sync_core::image_policy::{self, ScanOutcome};
 use kuvryn_sync_core::redact::Redactor;
-use kuvryn_sync_runtime::events;
+use kuvryn_sync_runtime::events::EventRecorder;
 use kuvryn_sync_source::registry::{ImageRef, RegistryClient, RegistryLogin};
 use secrecy::ExposeSecret;
 
@@ -51,7 +50,7 @@ pub struct ImagePolicyContext {
     pub client: kube::Client,
     /// The registry client every scan shares.
     pub registry: Arc<RegistryClient>,
-    pub reporter: Reporter,
+    pub recorder: Arc<EventRecorder>,
     /// Scans at once.
     pub concurrency: u16,
     /// Reconcile durations.
@@ -130,7 +129,7 @@ async fn reconcile(
         api.patch_status(&name, &apply, &Patch::Apply(&body)).await?;
     }
     let reference = policy.object_ref(&());
-    events::publish(&ctx.client, &ctx.reporter, &reference, &decision.events, &redactor).await;
+    ctx.recorder.publish(&reference, &decision.events, &redactor).await;
     Ok(Action::requeue(decision.requeue_after))
 }
 

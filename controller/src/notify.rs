@@ -25,7 +25,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::Reporter;
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
     Application, EventReason, NotificationEvent, NotificationSink, Revision, keys,
@@ -37,14 +36,14 @@ use kuvryn_sync_core::notify::{
     parse_retry_after, signature, validate_sink,
 };
 use kuvryn_sync_core::redact::Redactor;
-use kuvryn_sync_runtime::events;
+use kuvryn_sync_runtime::events::EventRecorder;
 use kuvryn_sync_runtime::metrics::{ControllerMetrics, NotificationOutcome};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Delivers notifications; shared by every reconcile.
 pub struct Notifier {
     client: kube::Client,
-    reporter: Reporter,
+    recorder: Arc<EventRecorder>,
     metrics: ControllerMetrics,
     http: reqwest::Client,
     queue: Arc<Semaphore>,
@@ -68,7 +67,7 @@ impl Notifier {
     /// `timeout`. TLS trusts the system roots (with `SSL_CERT_FILE`/`SSL_CERT_DIR`).
     pub fn new(
         client: kube::Client,
-        reporter: Reporter,
+        recorder: Arc<EventRecorder>,
         metrics: ControllerMetrics,
         queue_size: usize,
         timeout: Duration,
@@ -82,7 +81,7 @@ impl Notifier {
             .map_err(|_| anyhow::anyhow!("cannot build the notification HTTP client"))?;
         Ok(Notifier {
             client,
-            reporter,
+            recorder,
             metrics,
             http,
             queue: Arc::new(Semaphore::new(queue_size.max(1))),
@@ -270,7 +269,7 @@ impl Notifier {
             message = %redactor.redact(message), "notification not delivered");
         let reference = app.object_ref(&());
         let sent = [(reason, message.to_owned())];
-        events::publish(&self.client, &self.reporter, &reference, &sent, &redactor).await;
+        self.recorder.publish(&reference, &sent, &redactor).await;
         self.metrics.count_event(reason);
     }
 }

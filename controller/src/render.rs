@@ -18,7 +18,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kuvryn_sync_api::{
-    Application, FailureReason, HelmChart, RenderType, ValuesFrom, ValuesSourceKind, keys,
+    Application, FailureReason, HelmChart, HelmRender, RenderType, ValuesFrom, ValuesSourceKind,
+    keys,
 };
 use kuvryn_sync_core::credential_scope;
 use kuvryn_sync_core::desired::Rendered;
@@ -278,25 +279,11 @@ async fn render_helm(
     renderers: &Renderers,
     redactor: &mut Redactor,
 ) -> Result<Result<Output, Failure>, tokio::task::JoinError> {
-    let helm = app.spec.source.render.helm.clone().unwrap_or_default();
-    if let Err(err) = helm_values::validate_release_name(&helm.release_name) {
-        return Ok(Err((err.reason(), format!("spec.source.render.helm.releaseName: {err}"))));
-    }
-    let renderer = match &renderers.helm {
-        Ok(renderer) => renderer.clone(),
-        Err(why) => return Ok(Err((FailureReason::RenderFailure, why.clone()))),
-    };
-    let from = match values_from(&helm.values_from, namespace, client).await {
-        Ok(from) => from,
-        Err(failure) => return Ok(Err(failure)),
-    };
-    let pulled = match &helm.chart {
-        None => None,
-        Some(chart) => match pull_chart(chart, namespace, client, renderers).await? {
-            Ok(pulled) => Some(pulled),
+    let HelmInputs { helm, renderer, from, pulled } =
+        match helm_inputs(app, namespace, client, renderers).await? {
+            Ok(inputs) => inputs,
             Err(failure) => return Ok(Err(failure)),
-        },
-    };
+        };
     let path = app.spec.source.path.clone();
     let render = app.spec.source.render.clone();
     let destination = app.spec.destination.namespace.clone();
@@ -341,6 +328,47 @@ async fn render_helm(
     })
     .await?;
     Ok(settle(found, key, RenderType::Helm, chart_digest, renderers, redactor))
+}
+
+/// What a Helm render reads besides the checkout.
+struct HelmInputs {
+    /// `spec.source.render.helm`, its release name checked.
+    helm: HelmRender,
+    renderer: HelmRenderer,
+    /// The `valuesFrom` data, read as the service account.
+    from: Vec<ValuesFromData>,
+    /// The chart, when it is pulled rather than taken from the checkout.
+    pulled: Option<PulledChart>,
+}
+
+/// Check the release name, take the Helm engine, read `valuesFrom` as the service account and
+/// pull the chart (when it is not taken from the checkout); the first failure ends it.
+async fn helm_inputs(
+    app: &Application,
+    namespace: &str,
+    client: &kube::Client,
+    renderers: &Renderers,
+) -> Result<Result<HelmInputs, Failure>, tokio::task::JoinError> {
+    let helm = app.spec.source.render.helm.clone().unwrap_or_default();
+    if let Err(err) = helm_values::validate_release_name(&helm.release_name) {
+        return Ok(Err((err.reason(), format!("spec.source.render.helm.releaseName: {err}"))));
+    }
+    let renderer = match &renderers.helm {
+        Ok(renderer) => renderer.clone(),
+        Err(why) => return Ok(Err((FailureReason::RenderFailure, why.clone()))),
+    };
+    let from = match values_from(&helm.values_from, namespace, client).await {
+        Ok(from) => from,
+        Err(failure) => return Ok(Err(failure)),
+    };
+    let pulled = match &helm.chart {
+        None => None,
+        Some(chart) => match pull_chart(chart, namespace, client, renderers).await? {
+            Ok(pulled) => Some(pulled),
+            Err(failure) => return Ok(Err(failure)),
+        },
+    };
+    Ok(Ok(HelmInputs { helm, renderer, from, pulled }))
 }
 
 /// A digest of the `valuesFrom` data read: which source, which key, and every byte.

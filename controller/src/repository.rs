@@ -28,14 +28,13 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Reporter;
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{Application, CONTROLLER_NAME, FailureReason, Repository};
 use kuvryn_sync_core::discovery::{self, ConfigFileRead, DeleteAction};
 use kuvryn_sync_core::image_writeback::decide_write_back;
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_core::repository::{Decision, Observation, decide};
-use kuvryn_sync_runtime::events;
+use kuvryn_sync_runtime::events::EventRecorder;
 use kuvryn_sync_source::git::{FetchRequest, GitCache, GitError};
 
 use crate::{image_update, source, triggers};
@@ -45,7 +44,7 @@ use kuvryn_sync_source::tree::read_config_file;
 pub struct RepositoryContext {
     pub client: kube::Client,
     pub cache: Arc<GitCache>,
-    pub reporter: Reporter,
+    pub recorder: Arc<EventRecorder>,
     /// Poll interval when `spec.pollInterval` is unset.
     pub default_poll_interval: Duration,
     /// Upper bound for one remote interaction.
@@ -230,7 +229,7 @@ async fn write(
         repositories.patch_status(&repo.name_any(), &apply, &Patch::Apply(&body)).await?;
     }
     let reference = repo.object_ref(&());
-    events::publish(&ctx.client, &ctx.reporter, &reference, &decision.events, redactor).await;
+    ctx.recorder.publish(&reference, &decision.events, redactor).await;
     Ok(())
 }
 

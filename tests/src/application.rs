@@ -326,9 +326,7 @@ impl Env {
         let revisions = self.api::<Revision>();
         wait_for(&format!("Revision of {name} at {commit} past Applying"), DEADLINE, || async {
             let listed = revisions.list(&ListParams::default().labels(&selector)).await?;
-            let Some(revision) =
-                listed.items.into_iter().find(|r| r.spec.source.revision == commit)
-            else {
+            let Some(revision) = at_commit(listed.items, commit) else {
                 return Ok(((!must_exist).then_some(()), "no Revision".to_owned()));
             };
             let phase = revision.status.and_then(|s| s.phase);
@@ -367,10 +365,7 @@ impl Env {
         let selector = format!("{}={name}", keys::APPLICATION);
         let revisions =
             self.api::<Revision>().list(&ListParams::default().labels(&selector)).await?;
-        revisions
-            .items
-            .into_iter()
-            .find(|r| r.spec.source.revision == commit)
+        at_commit(revisions.items, commit)
             .with_context(|| format!("no Revision of {name} at {commit}"))
     }
 
@@ -501,4 +496,13 @@ pub struct CustomKind {
     pub crd: Value,
     /// For clients of the kind.
     pub resource: kube::api::ApiResource,
+}
+
+/// The Revision at `commit` among `revisions`: the one of a rendered desired state when there is
+/// one, else the one recording failures before any (its desired-state hash is empty).
+fn at_commit(revisions: Vec<Revision>, commit: &str) -> Option<Revision> {
+    let mut found: Vec<Revision> =
+        revisions.into_iter().filter(|r| r.spec.source.revision == commit).collect();
+    found.sort_by_key(|r| r.spec.desired_state_hash.is_empty());
+    found.into_iter().next()
 }

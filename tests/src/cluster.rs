@@ -280,7 +280,8 @@ impl Drop for ControllerProcess {
 }
 
 /// The (type, reason, note) of the events.k8s.io/v1 Events in `namespace` regarding the object
-/// named `name`.
+/// named `name`, once per recording: an Event recorded again is one object whose
+/// `series.count` says how often, and is listed that many times.
 pub async fn events_regarding(
     client: &kube::Client,
     namespace: &str,
@@ -294,8 +295,15 @@ pub async fn events_regarding(
         .items
         .into_iter()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| {
-            (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default())
+        .flat_map(|e| {
+            // An Event recorded again is one object whose series counts the recordings.
+            let times = e.series.as_ref().map_or(1, |s| usize::try_from(s.count).unwrap_or(1));
+            let event = (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            );
+            std::iter::repeat_n(event, times)
         })
         .collect())
 }

@@ -11,10 +11,12 @@
 //!   seconds, not at the resync, and a managed kind the controller may not watch (403) is listed
 //!   every few seconds instead (8).
 
+use anyhow::Context;
 use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::PostParams;
-use kuvryn_sync_api::{Application, FailureReason, SyncState};
+use kube::api::{Patch, PatchParams, PostParams};
+use kuvryn_sync_api::{Application, FailureReason, Revision, RevisionPhase, SyncState};
+use kuvryn_sync_core::application::unplanned_revision_name;
 use kuvryn_sync_tests::application::DEADLINE;
 use kuvryn_sync_tests::application::{Env, config_map, env, env_with_workloads, ready};
 use kuvryn_sync_tests::apply::apply_raw;
@@ -99,6 +101,70 @@ async fn a_kind_the_server_does_not_serve_is_plan_failure() -> Result<()> {
     assert!(message.contains("Gadget"), "{message}");
     assert!(env.api::<ConfigMap>().get_opt("beside").await?.is_none(), "applied anyway");
     Ok(())
+}
+
+/// A commit no desired state can be made of leaves a record from its first attempt on: its
+/// Revision (named for the commit and an empty desired-state hash), `Failed` with
+/// `RenderFailure`, written once however often the failure repeats; the next commit deploys as
+/// usual and the record stays (4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_cannot_be_rendered_is_recorded_on_a_failed_revision() -> Result<()> {
+    let env = env("life-unrendered", true).await?;
+    let broken =
+        env.push(&[("apps/web/cm.yaml", "data: [unclosed\n".to_owned())], "not YAML").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    let message = env.wait_failed("web", "RenderFailure").await?;
+    let record = env.revision("web", &broken).await?;
+    let name = record.metadata.name.clone().unwrap_or_default();
+    assert_eq!(name, unplanned_revision_name("web", &broken));
+    assert_eq!(record.spec.desired_state_hash, "", "no desired state existed");
+    let status = record.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, Some(RevisionPhase::Failed));
+    assert_eq!(status.attempts, 1);
+    let failure = status.failure.context("the failure")?;
+    assert_eq!(failure.reason, FailureReason::RenderFailure);
+    assert_eq!(failure.message, message, "the Revision says what Ready says");
+
+    // Asked again, the same failure is not written again.
+    let written = record.metadata.resource_version.clone();
+    for _ in 0..2 {
+        let asked = application_reconciles(&env).await?;
+        env.api::<Application>()
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"annotations": {
+                    "sync.kuvryn.io/reconcile-requested-at": format!("{:?}", std::time::SystemTime::now())}}})),
+            )
+            .await?;
+        wait_for("web reconciled again", DEADLINE, || async {
+            let count = application_reconciles(&env).await?;
+            Ok(((count > asked).then_some(()), format!("{count} reconciles")))
+        })
+        .await?;
+    }
+    let again = env.api::<Revision>().get(&name).await?;
+    assert_eq!(again.metadata.resource_version, written, "the same failure was written again");
+
+    // The next commit deploys, and the record stays.
+    let fixed =
+        env.push(&[("apps/web/cm.yaml", config_map("web", "1", json!({})))], "fixed").await?;
+    env.announce().await?;
+    env.wait_synced("web", &fixed).await?;
+    let kept = env.api::<Revision>().get(&name).await?;
+    assert_eq!(kept.status.and_then(|s| s.phase), Some(RevisionPhase::Failed));
+    Ok(())
+}
+
+/// Application reconciles the controller finished, from its `/metrics`.
+async fn application_reconciles(env: &Env) -> Result<u64> {
+    let series = r#"kuvryn_sync_reconcile_duration_seconds_count{kind="Application"}"#;
+    let text = env.controller_metrics_text().await?;
+    Ok(text
+        .lines()
+        .find_map(|line| line.strip_prefix(series))
+        .and_then(|count| count.trim().parse().ok())
+        .unwrap_or(0))
 }
 
 /// A `valuesFrom` Secret the service account may not read is `Forbidden`, not `RenderFailure`.
@@ -236,13 +302,34 @@ async fn every_failed_attempt_is_a_failure_event() -> Result<()> {
                         "strategy": {"failurePolicy": {"maxAttempts": 2}}});
     env.create_app("slow", "apps/slow", policy).await?;
     env.wait_ready("slow", "False", "RetryBlocked").await?;
-    let samples = env.controller_counter("kuvryn_sync_lifecycle_events_total").await?;
-    let count = |reason: &str| {
+    let count = |samples: &[(Vec<String>, u64)], reason: &str| {
         let label = format!("reason=\"{reason}\"");
         samples.iter().filter(|(labels, _)| labels.contains(&label)).map(|(_, n)| n).sum::<u64>()
     };
+    // The Events (and their counts) follow the status write that made Ready RetryBlocked.
+    let samples = wait_for("the RetryBlocked Event", DEADLINE, || async {
+        let samples = env.controller_counter("kuvryn_sync_lifecycle_events_total").await?;
+        let seen = count(&samples, "RetryBlocked") > 0;
+        Ok((seen.then(|| samples.clone()), format!("{samples:?}")))
+    })
+    .await?;
+    let count = |reason: &str| count(&samples, reason);
     assert_eq!(count("TimeoutFailure"), 2, "{samples:?}");
     assert_eq!(count("RetryBlocked"), 1, "{samples:?}");
+    // The same Event recorded again is aggregated as Kubernetes' recorders do: one object per
+    // distinct note, its series counting the recordings.
+    let events: Vec<k8s_openapi::api::events::v1::Event> =
+        env.api::<k8s_openapi::api::events::v1::Event>().list(&Default::default()).await?.items;
+    let timeouts: Vec<_> = events
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("slow"))
+        .filter(|e| e.reason.as_deref() == Some("TimeoutFailure"))
+        .collect();
+    let notes: std::collections::BTreeSet<_> = timeouts.iter().map(|e| e.note.clone()).collect();
+    assert_eq!(timeouts.len(), notes.len(), "one Event per distinct note: {timeouts:#?}");
+    let recorded: i32 = timeouts.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).sum();
+    println!("TimeoutFailure: {} Event object(s) for {recorded} recordings", timeouts.len());
+    assert_eq!(recorded, 2, "{timeouts:#?}");
     Ok(())
 }
 

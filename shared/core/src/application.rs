@@ -1697,19 +1697,26 @@ fn revision_for(app: &Application, planned: &Planned, existing: Option<&Revision
     if let Some(existing) = existing {
         return existing.clone();
     }
+    let mut revision = new_revision(app, &planned.commit, &planned.desired.hash);
+    revision.status =
+        Some(RevisionStatus { chart_digest: planned.chart_digest.clone(), ..Default::default() });
+    revision
+}
+
+/// A new Revision of `app` for desired state `hash` at `commit`, without a status.
+fn new_revision(app: &Application, commit: &str, hash: &str) -> Revision {
     let name = app.metadata.name.clone().unwrap_or_default();
     let spec = RevisionSpec {
         application_ref: LocalObjectReference { name: name.clone() },
         source: RevisionSource {
             repository_ref: app.spec.source.repository_ref.clone(),
-            revision: planned.commit.clone(),
+            revision: commit.to_owned(),
             path: app.spec.source.path.clone(),
             render: app.spec.source.render.clone(),
         },
-        desired_state_hash: planned.desired.hash.clone(),
+        desired_state_hash: hash.to_owned(),
     };
-    let mut revision =
-        Revision::new(&revision_name(&name, &planned.commit, &planned.desired.hash), spec);
+    let mut revision = Revision::new(&revision_name(&name, commit, hash), spec);
     revision.metadata.namespace = app.metadata.namespace.clone();
     let mut labels = std::collections::BTreeMap::from([(keys::APPLICATION.to_owned(), name)]);
     // A sharded controller watches only its shard's Revisions (docs/sharding.md).
@@ -1718,9 +1725,71 @@ fn revision_for(app: &Application, planned: &Planned, existing: Option<&Revision
     }
     revision.metadata.labels = Some(labels);
     revision.metadata.owner_references = app.controller_owner_ref(&()).map(|o| vec![o]);
-    revision.status =
-        Some(RevisionStatus { chart_digest: planned.chart_digest.clone(), ..Default::default() });
     revision
+}
+
+/// The name of the Revision that records attempts at `commit` which failed before a desired
+/// state existed: the commit with an empty desired-state hash.
+pub fn unplanned_revision_name(application: &str, commit: &str) -> String {
+    revision_name(application, commit, "")
+}
+
+/// The commit and failure of an observation that stopped at a known commit because no desired
+/// state could be made of it (`RenderFailure`, `DecryptionFailure`, `ValidationFailure`): what
+/// [`with_unplanned_revision`] records. Failures of the source or the API on the way (a fetch,
+/// a read while planning) are the Application's, retried without a record: they say nothing
+/// about the commit, and a Revision per hiccup would bury the history.
+pub fn unplanned_failure(observation: &Observation) -> Option<(&str, FailureReason, &str)> {
+    match observation {
+        Observation::Failed { reason, message, commit: Some(commit), .. }
+            if matches!(
+                reason,
+                FailureReason::RenderFailure
+                    | FailureReason::DecryptionFailure
+                    | FailureReason::ValidationFailure
+            ) =>
+        {
+            Some((commit.as_str(), *reason, message.as_str()))
+        }
+        _ => None,
+    }
+}
+
+/// A Revision exists from the first attempt on, also one that fails before it has a desired
+/// state: `decision` for an [`unplanned_failure`] also writes the Revision
+/// ([`unplanned_revision_name`]) `Failed` with the failure (the API reference's
+/// `RenderFailure`, `DecryptionFailure`... on a Revision), counting an attempt each time the
+/// failure changes. Nothing is written when `existing` already records this failure, so a
+/// failure that repeats does not rewrite it.
+pub fn with_unplanned_revision(
+    mut decision: Decision,
+    app: &Application,
+    observation: &Observation,
+    existing: Option<&Revision>,
+    redactor: &Redactor,
+    now: &Time,
+) -> Decision {
+    let Some((commit, reason, message)) = unplanned_failure(observation) else {
+        return decision;
+    };
+    if decision.revision.is_some() {
+        return decision;
+    }
+    let message = clean(redactor, message);
+    let recorded = existing.and_then(|r| r.status.as_ref()).and_then(|s| s.failure.as_ref());
+    if recorded.is_some_and(|f| f.reason == reason && f.message == message) {
+        return decision;
+    }
+    let mut revision = existing.cloned().unwrap_or_else(|| new_revision(app, commit, ""));
+    let status = revision.status.get_or_insert_with(Default::default);
+    status.attempts += 1;
+    status.started_at = Some(now.clone());
+    status.phase = Some(RevisionPhase::Failed);
+    status.completed_at = Some(now.clone());
+    status.failure =
+        Some(Failure { reason, message, resource: None, retryable: reason.retryable() });
+    decision.revision = Some(revision);
+    decision
 }
 
 fn fail_revision(

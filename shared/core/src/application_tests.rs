@@ -3323,3 +3323,89 @@ fn a_repository_whose_source_fails_fails_the_applications_that_follow_it() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// A Revision from the first attempt on: failures before a plan existed
+// ---------------------------------------------------------------------------------------------
+
+/// `decide` then [`with_unplanned_revision`] for `observation`, with `existing` found.
+fn unplanned(
+    observation: &Observation,
+    existing: Option<&Revision>,
+    redactor: &Redactor,
+) -> Decision {
+    let app = automatic();
+    let decision = decide(&app, observation, redactor, &at(20));
+    with_unplanned_revision(decision, &app, observation, existing, redactor, &at(20))
+}
+
+#[test]
+fn a_failure_before_the_plan_at_a_commit_is_recorded_on_its_revision() {
+    // (reason, commit known, records a Revision)
+    let rows = [
+        (FailureReason::RenderFailure, true, true),
+        (FailureReason::DecryptionFailure, true, true),
+        (FailureReason::ValidationFailure, true, true),
+        (FailureReason::RenderFailure, false, false),
+        (FailureReason::PlanFailure, true, false),
+        (FailureReason::Forbidden, true, false),
+        (FailureReason::SourceFailure, true, false),
+        (FailureReason::SourceFailure, false, false),
+        (FailureReason::ServiceAccountFailure, false, false),
+    ];
+    for (reason, known, records) in rows {
+        let observation = failed(reason, "it broke", Some(SA), known.then_some(C1));
+        let decision = unplanned(&observation, None, &Redactor::new());
+        assert_eq!(decision.revision.is_some(), records, "{reason:?}");
+        let Some(revision) = decision.revision else { continue };
+        assert_eq!(
+            revision.metadata.name.as_deref(),
+            Some(unplanned_revision_name(APP, C1).as_str())
+        );
+        assert_eq!(revision.spec.source.revision, C1);
+        assert_eq!(revision.spec.desired_state_hash, "", "no desired state existed");
+        let labels = revision.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get(keys::APPLICATION).map(String::as_str), Some(APP));
+        let status = revision.status.expect("status");
+        assert_eq!(status.phase, Some(RevisionPhase::Failed));
+        assert_eq!(status.attempts, 1);
+        let failure = status.failure.expect("failure");
+        assert_eq!((failure.reason, failure.message.as_str()), (reason, "it broke"));
+        assert_eq!(failure.retryable, reason.retryable());
+        // The Application reports it as before.
+        let status = decision.status.expect("application status");
+        assert_eq!(ready(&status).map(|c| c.reason.as_str()), Some(reason.as_str()));
+    }
+}
+
+#[test]
+fn the_same_failure_again_writes_nothing_and_another_counts_an_attempt() {
+    let observation = failed(FailureReason::RenderFailure, "bad yaml", Some(SA), Some(C1));
+    let first = unplanned(&observation, None, &Redactor::new()).revision.expect("revision");
+    assert!(unplanned(&observation, Some(&first), &Redactor::new()).revision.is_none());
+    let other = failed(FailureReason::DecryptionFailure, "no key", Some(SA), Some(C1));
+    let second = unplanned(&other, Some(&first), &Redactor::new()).revision.expect("revision");
+    let status = second.status.expect("status");
+    assert_eq!(status.attempts, 2);
+    assert_eq!(status.failure.map(|f| f.reason), Some(FailureReason::DecryptionFailure));
+}
+
+#[test]
+fn a_recorded_failure_message_is_redacted_and_a_planned_reconcile_records_nothing_more() {
+    let mut redactor = Redactor::new();
+    redactor.add_secret(CANARY);
+    let observation =
+        failed(FailureReason::RenderFailure, &format!("value {CANARY} is bad"), Some(SA), Some(C1));
+    let revision = unplanned(&observation, None, &redactor).revision.expect("revision");
+    let message = revision.status.and_then(|s| s.failure).map(|f| f.message).unwrap_or_default();
+    assert!(!message.contains(CANARY), "{message}");
+    // A planned reconcile keeps its own Revision.
+    let app = automatic();
+    let (planned_state, decision) = first_sync(&app);
+    let name = |d: &Decision| d.revision.as_ref().and_then(|r| r.metadata.name.clone());
+    let before = name(&decision);
+    let after =
+        with_unplanned_revision(decision, &app, &planned(&planned_state), None, &redactor, &at(10));
+    assert_eq!(name(&after), before);
+    assert_ne!(before, Some(unplanned_revision_name(APP, C1)));
+}
