@@ -16,10 +16,13 @@
 //! 5. [`decide`](kuvryn_sync_core::application::decide): pure, from the observation to the
 //!    writes and the step;
 //! 6. [`write`]: the one place that writes — the Revision, the Application status (carrying the
-//!    inventory before anything is applied), the Events; then, for a sync, [`sync`] applies and
-//!    prunes (each group Healthy before the next: hooks and waves) and
-//!    [`settle`](kuvryn_sync_core::application::settle) decides the final statuses, written the
-//!    same way (the Application's first). Health, approvals, retries and Ready are the pure
+//!    inventory before anything is applied), the Events; then, for a sync, [`sync`] takes one
+//!    step of the rollout (the runner, `kuvryn_sync_apply::runner`: a group applied, or a look
+//!    at the group it waits for — each group Healthy before the next: hooks and waves) and the
+//!    Application is requeued, never waiting inside a reconcile; once every group is applied and
+//!    pruned, or the attempt failed, [`settle`](kuvryn_sync_core::application::settle) decides
+//!    the final statuses, written the same way (the Application's first). Health, approvals,
+//!    retries and Ready are the pure
 //!    decision's; a new Revision also cancels superseded ones and trims `spec.history.limit`.
 //!
 //! Steps 1–4 return `Err(Observation::Failed)` to end observation early with a failure reason;
@@ -32,7 +35,6 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -48,6 +50,7 @@ use kuvryn_sync_api::{
     keys,
 };
 use kuvryn_sync_apply::engine::{Engine, EngineError, Shared};
+use kuvryn_sync_apply::runner::{Outcome, Rollout, Runner};
 use kuvryn_sync_core::application::{
     Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
     cancel_superseded, decide, failing_source, learn_secret_values, previous_healthy,
@@ -55,10 +58,9 @@ use kuvryn_sync_core::application::{
     wait_for_dependencies, with_course, with_dependencies, with_unplanned_revision,
 };
 use kuvryn_sync_core::desired::{
-    DesiredObject, DesiredState, GroupKind, ObjectKey, Stage, Target, group_of, normalise,
+    DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
 };
 use kuvryn_sync_core::health_rules::{InvalidRule, RuleSet};
-use kuvryn_sync_core::order::apply_groups;
 use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
@@ -457,8 +459,14 @@ async fn sync_application(
         Observation::Failed { .. } => unplanned.as_ref(),
     };
     write_with_history(&app, namespace, &mut decision, previous, &redactor, ctx).await?;
-    if let (Step::Sync { .. }, Observation::Planned(planned)) = (&decision.step, &observation) {
-        sync_step(&app, namespace, &decision, planned, &redactor, ctx).await?;
+    let stepped = match (&decision.step, &observation) {
+        (Step::Sync { .. }, Observation::Planned(planned)) => {
+            sync_step(&app, namespace, &decision, planned, &redactor, ctx).await?
+        }
+        _ => None,
+    };
+    if let Some(after) = stepped {
+        decision.requeue_after = Some(after);
     }
     watch_managed_kinds(&app, &decision, ctx);
     let next = decision.requeue_after.map_or(ctx.resync, |after| after.min(ctx.resync));
@@ -489,7 +497,9 @@ fn decide_reconcile(
     notify::with_notifications(decision, app, sinks, &now())
 }
 
-/// The sync step, then its settled statuses written: the Application first, then the Revision.
+/// The sync step. While the attempt goes on, nothing more is written (the Application stays
+/// `Applying`) and the step says when to look again; once it finished or failed, its settled
+/// statuses are written: the Application first, then the Revision.
 async fn sync_step(
     app: &Application,
     namespace: &str,
@@ -497,8 +507,15 @@ async fn sync_step(
     planned: &Planned,
     redactor: &Redactor,
     ctx: &ApplicationContext,
-) -> Result<(), ReconcileError> {
-    let outcome = sync(app, namespace, decision, planned, ctx).await;
+) -> Result<Option<Duration>, ReconcileError> {
+    let outcome = match sync(app, namespace, decision, planned, ctx).await {
+        Stepped::Continue(after) => {
+            tracing::debug!(application = %app.name_any(), %namespace, ?after,
+                "rollout step taken; looking again");
+            return Ok(Some(after));
+        }
+        Stepped::Finished(outcome) => outcome,
+    };
     if let Some(fault) = &ctx.fault {
         fault.reached(crate::fault::AFTER_APPLY);
     }
@@ -516,7 +533,8 @@ async fn sync_step(
         }
         settled.status.diagnosis = found;
     }
-    let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
+    let revision = decision.revision.as_ref().or(planned.revision.as_ref());
+    let revision = revision.map(|r| r.name_any()).unwrap_or_default();
     // The Application first: a crash between the two leaves the Revision Applying, so the
     // restarted controller syncs again and settles both (the other order would leave an
     // Observing Revision with the inventory of before the prune).
@@ -529,7 +547,7 @@ async fn sync_step(
     } else {
         tracing::info!(application = %app.name_any(), %namespace, %revision, "synced");
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Start the shared watches of the kinds the Application manages, as recorded before and after
@@ -1196,95 +1214,76 @@ fn health_of(
         .collect()
 }
 
-/// The sync step: apply what the plan creates or updates, group by group (CRDs Established
-/// before the custom resources they define), then prune. Returns how it went.
+/// What the sync step did: one step of the apply that leaves the attempt going (look again after
+/// this long), or the attempt's apply finished or failed.
+enum Stepped {
+    Continue(Duration),
+    Finished(SyncOutcome),
+}
+
+/// The sync step: one step of the rollout's apply ([`Runner::step`]: a group's CRDs, or its
+/// other changed objects, or a look at whether the group it waits for is ready), then, once
+/// every group is applied, the prune. Never waits: a group not ready yet is looked at again by
+/// a later reconcile.
 async fn sync(
     app: &Application,
     namespace: &str,
     decision: &Decision,
     planned: &Planned,
     ctx: &ApplicationContext,
-) -> SyncOutcome {
+) -> Stepped {
     let Step::Sync { prune } = &decision.step else {
-        return SyncOutcome::Done { live_kinds: Vec::new() };
+        return Stepped::Finished(SyncOutcome::Done { live_kinds: Vec::new() });
     };
     let client = match ctx.clients.for_service_account(namespace, &planned.service_account) {
         Ok(client) => client,
         Err(err) => {
-            return SyncOutcome::Failed {
+            return Stepped::Finished(SyncOutcome::Failed {
                 reason: FailureReason::ServiceAccountFailure,
                 message: err.to_string(),
                 resource: None,
-            };
+            });
         }
     };
     let acting = Acting::new(app, namespace, &planned.service_account);
     let engine = engine_for(app, &client, &acting, ctx);
-    let revision = decision.revision.as_ref().map(|r| r.name_any()).unwrap_or_default();
+    let revision = decision.revision.as_ref().or(planned.revision.as_ref());
+    let name = revision.map(|r| r.name_any()).unwrap_or_default();
+    let status = revision.and_then(|r| r.status.clone()).unwrap_or_default();
+    let started = status.started_at.clone().unwrap_or_else(now);
     let changed = changed_keys(&planned.plan);
-    let groups = apply_groups(&planned.desired.objects);
-    let last = groups.len().saturating_sub(1);
-    let deadline = tokio::time::Instant::now() + rollout::timeout(app);
-    for (n, group) in groups.into_iter().enumerate() {
-        let applying = (&engine, &client, revision.as_str());
-        if let Err(failed) = apply_group(applying, planned, &group.objects, &changed, ctx).await {
-            return failed;
+    let rollout = Rollout {
+        objects: &planned.desired.objects,
+        changed: &changed,
+        hooks: &status.hooks,
+        revision: &name,
+        prune,
+        started: &started,
+        timeout: rollout::timeout(app),
+        crd_timeout: ctx.crd_timeout,
+    };
+    let health = |key: &ObjectKey| {
+        planned.health.iter().find(|h| &h.key == key).map(|h| (h.state, h.message.clone()))
+    };
+    let timer = || Box::new(ctx.metrics.durations.apply()) as Box<dyn Send>;
+    let runner = Runner { engine: &engine, health: &health, clock: &now, timer: &timer };
+    match runner.step(&rollout).await {
+        Outcome::Requeue(after) => Stepped::Continue(after),
+        Outcome::Failed { reason, message, resource } => {
+            Stepped::Finished(SyncOutcome::Failed { reason, message, resource })
         }
-        // Each group must be Healthy before the next starts (DESIGN §4.2): pre-sync hooks
-        // before the resources, wave after wave, post-sync hooks last. The last group's health
-        // is observed by the next reconciles like any rollout's.
-        if n < last {
-            let members: Vec<&DesiredObject> =
-                planned.desired.objects.iter().filter(|o| group.objects.contains(&o.key)).collect();
-            let rules = ctx.health_rules.current();
-            let waited = wait_group_healthy(&engine, &rules, &members, group.stage, deadline).await;
-            if let Err(failed) = waited {
-                return failed;
-            }
-        }
+        Outcome::Done => Stepped::Finished(SyncOutcome::Done { live_kinds: live_kinds(planned) }),
     }
-    if let Err(err) = engine.delete(prune).await {
-        // Whatever stopped it (a delete RBAC refuses included), the prune failed.
-        return failure_as(FailureReason::PruneFailure, err);
-    }
+}
+
+/// The kinds of live objects a completed sync leaves carrying the Application's labels: the
+/// desired ones, those prune kept, and those it could not list.
+fn live_kinds(planned: &Planned) -> Vec<GroupKind> {
     let mut live_kinds: BTreeSet<GroupKind> =
         planned.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
     live_kinds.extend(planned.prune.keep.iter().map(|(o, _)| o.key.group_kind.clone()));
     live_kinds.extend(planned.unlisted.iter().cloned());
-    SyncOutcome::Done { live_kinds: live_kinds.into_iter().collect() }
-}
-
-/// Apply the changed objects of one group: its CRDs first, Established before the rest.
-async fn apply_group(
-    (engine, client, revision): (&Engine<'_>, &kube::Client, &str),
-    planned: &Planned,
-    members: &[ObjectKey],
-    changed: &BTreeSet<ObjectKey>,
-    ctx: &ApplicationContext,
-) -> Result<(), SyncOutcome> {
-    let objects: Vec<&DesiredObject> = planned
-        .desired
-        .objects
-        .iter()
-        .filter(|o| members.contains(&o.key) && changed.contains(&o.key))
-        .collect();
-    let (crds, rest): (Vec<&DesiredObject>, Vec<&DesiredObject>) =
-        objects.into_iter().partition(|o| is_crd(&o.key.group_kind));
-    for batch in [crds, rest] {
-        if batch.is_empty() {
-            continue;
-        }
-        let timer = ctx.metrics.durations.apply();
-        engine.apply(&batch, revision).await.map_err(engine_failure)?;
-        drop(timer);
-        if batch.iter().any(|o| is_crd(&o.key.group_kind)) {
-            wait_established(client, &batch, ctx.crd_timeout).await.map_err(|message| {
-                SyncOutcome::Failed { reason: FailureReason::ApplyFailure, message, resource: None }
-            })?;
-            ctx.kinds.forget();
-        }
-    }
-    Ok(())
+    live_kinds.into_iter().collect()
 }
 
 /// The diagnosis of a hook that failed the sync step: the step stops before the rollout's
@@ -1320,72 +1319,6 @@ async fn diagnose_failed_hook(
         .await
 }
 
-/// Wait until every object of a group is Healthy (or Suspended), reading it as the service
-/// account: a Degraded object fails the attempt (`HookFailed` for a hook, `HealthFailure`
-/// otherwise), and the attempt's deadline passing fails it with `TimeoutFailure`.
-async fn wait_group_healthy(
-    engine: &Engine<'_>,
-    rules: &RuleSet,
-    objects: &[&DesiredObject],
-    stage: Stage,
-    deadline: tokio::time::Instant,
-) -> Result<(), SyncOutcome> {
-    let degraded_reason =
-        if stage == Stage::Main { FailureReason::HealthFailure } else { FailureReason::HookFailed };
-    loop {
-        let mut waiting = None;
-        for object in objects {
-            let (state, message) = match engine.live(object).await {
-                Ok(Some(live)) => health::object_health(rules, stage, &live, &now()),
-                Ok(None) => (HealthState::Progressing, "not created yet".to_owned()),
-                Err(err) => (HealthState::Unknown, err.to_string()),
-            };
-            match state {
-                HealthState::Healthy | HealthState::Suspended => {}
-                HealthState::Degraded => {
-                    return Err(SyncOutcome::Failed {
-                        reason: degraded_reason,
-                        message: format!("{} is Degraded: {message}", object.key),
-                        resource: Some(object.key.clone()),
-                    });
-                }
-                _ => {
-                    waiting.get_or_insert((object.key.clone(), state, message));
-                }
-            }
-        }
-        let Some((key, state, message)) = waiting else { return Ok(()) };
-        if tokio::time::Instant::now() >= deadline {
-            return Err(SyncOutcome::Failed {
-                reason: FailureReason::TimeoutFailure,
-                message: format!(
-                    "{key} is still {} at the attempt's deadline, so later groups were not \
-                     applied: {message}",
-                    state.as_str()
-                ),
-                resource: Some(key),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-fn engine_failure(err: EngineError) -> SyncOutcome {
-    failure_as(err.reason(), err)
-}
-
-/// `err` as a failed sync step with `reason`, on the object it names.
-fn failure_as(reason: FailureReason, err: EngineError) -> SyncOutcome {
-    let resource = match &err {
-        EngineError::Apply { key, .. }
-        | EngineError::Prune { key, .. }
-        | EngineError::Plan { key, .. }
-        | EngineError::NotServed { key } => Some(key.clone()),
-        _ => None,
-    };
-    SyncOutcome::Failed { reason, message: err.to_string(), resource }
-}
-
 /// The objects the plan creates or updates.
 fn changed_keys(plan: &Plan) -> BTreeSet<ObjectKey> {
     plan.changes
@@ -1397,43 +1330,6 @@ fn changed_keys(plan: &Plan) -> BTreeSet<ObjectKey> {
             name: c.resource.name.clone(),
         })
         .collect()
-}
-
-fn is_crd(group_kind: &GroupKind) -> bool {
-    *group_kind == GroupKind::new("apiextensions.k8s.io", "CustomResourceDefinition")
-}
-
-/// Wait until every CRD among `objects` is Established, polling with a deadline.
-async fn wait_established(
-    client: &kube::Client,
-    objects: &[&DesiredObject],
-    timeout: Duration,
-) -> Result<(), String> {
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let deadline = tokio::time::Instant::now() + timeout;
-    for object in objects.iter().filter(|o| is_crd(&o.key.group_kind)) {
-        loop {
-            let established =
-                api.get_opt(&object.key.name).await.ok().flatten().is_some_and(|crd| {
-                    crd.status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                });
-            if established {
-                break;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(format!(
-                    "CustomResourceDefinition {} did not become Established within {timeout:?}",
-                    object.key.name
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    Ok(())
 }
 
 /// Step 6, the one place that writes: the Revision (spec by server-side apply, then its

@@ -346,3 +346,112 @@ async fn a_remembered_dry_run_is_skipped_until_an_edit_takes_a_managed_field() -
     );
     Ok(())
 }
+
+/// The rollout runner takes one step per call and never waits: wave 0 applied, then (wave 0
+/// Progressing by the injected health) a requeue with wave 1 untouched, a TimeoutFailure once the
+/// injected clock passes the deadline, and (wave 0 Healthy) wave 1 applied as the last group,
+/// which ends the rollout with the prune.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_takes_one_step_per_call_with_the_clock_and_health_it_is_given() -> Result<()> {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kuvryn_sync_api::{FailureReason, HealthState};
+    use kuvryn_sync_apply::runner::{Outcome, Rollout, Runner};
+    use kuvryn_sync_core::advance;
+    use kuvryn_sync_core::desired::ObjectKey;
+
+    let cluster = TestCluster::start().await?;
+    let namespace = cluster.namespace("runner").await?;
+    let admin = cluster.client();
+    grant_deployer(&admin, &namespace, &["configmaps"]).await?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig())?;
+    let base = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let clients = ImpersonatedClients::new(base, 8);
+    let client = clients.for_service_account(&namespace, "deployer")?;
+    let kinds = Kinds::default();
+    let manager = field_manager::for_application(&namespace, "web");
+    let engine = Engine {
+        client: &client,
+        kinds: &kinds,
+        field_manager: &manager,
+        adopt: false,
+        memo: None,
+        shared: None,
+    };
+    let mut second = config_map("second", "2");
+    second["metadata"]["annotations"] = json!({keys::SYNC_WAVE: "1"});
+    let state = desired(&admin, &kinds, &namespace, vec![config_map("first", "1"), second]).await?;
+    let key = |name: &str| {
+        state
+            .objects
+            .iter()
+            .find(|o| o.key.name == name)
+            .map(|o| o.key.clone())
+            .with_context(|| name.to_owned())
+    };
+    let (first_key, second_key) = (key("first")?, key("second")?);
+
+    let start = k8s_openapi::jiff::Timestamp::from_second(1_800_000_000)?;
+    let clock_at = Mutex::new(Time(start));
+    let first_state = Mutex::new(HealthState::Progressing);
+    let clock = || clock_at.lock().expect("clock").clone();
+    let health = |key: &ObjectKey| {
+        let state = if key.name == "first" {
+            *first_state.lock().expect("health")
+        } else {
+            HealthState::Progressing
+        };
+        Some((state, format!("{} is {}", key.name, state.as_str())))
+    };
+    let timer = || Box::new(()) as Box<dyn Send>;
+    let runner = Runner { engine: &engine, health: &health, clock: &clock, timer: &timer };
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), &namespace);
+    let started = Time(start);
+    let step = |changed: BTreeSet<ObjectKey>| {
+        let (runner, state, started) = (&runner, &state, &started);
+        async move {
+            let rollout = Rollout {
+                objects: &state.objects,
+                changed: &changed,
+                hooks: &[],
+                revision: REVISION,
+                prune: &[],
+                started,
+                timeout: Duration::from_secs(60),
+                crd_timeout: Duration::from_secs(30),
+            };
+            runner.step(&rollout).await
+        }
+    };
+
+    // Both absent: wave 0 is applied, and the caller looks again shortly.
+    let outcome = step(BTreeSet::from([first_key.clone(), second_key.clone()])).await;
+    assert_eq!(outcome, Outcome::Requeue(advance::AFTER_APPLY));
+    assert!(configmaps.get_opt("first").await?.is_some(), "wave 0 applied");
+    assert!(configmaps.get_opt("second").await?.is_none(), "wave 1 waits");
+
+    // Wave 0 still Progressing: look again, nothing applied.
+    *clock_at.lock().expect("clock") = Time(start + Duration::from_secs(10));
+    let outcome = step(BTreeSet::from([second_key.clone()])).await;
+    assert_eq!(outcome, Outcome::Requeue(advance::WAIT_EVERY));
+    assert!(configmaps.get_opt("second").await?.is_none(), "wave 1 waits");
+
+    // Past the deadline: TimeoutFailure on wave 0's object.
+    *clock_at.lock().expect("clock") = Time(start + Duration::from_secs(61));
+    let Outcome::Failed { reason, message, resource } =
+        step(BTreeSet::from([second_key.clone()])).await
+    else {
+        anyhow::bail!("expected a failure");
+    };
+    assert_eq!((reason, resource.as_ref()), (FailureReason::TimeoutFailure, Some(&first_key)));
+    assert!(message.contains("later groups were not applied"), "{message}");
+
+    // Wave 0 Healthy in time: wave 1, the last group, is applied and the rollout is done.
+    *clock_at.lock().expect("clock") = Time(start + Duration::from_secs(20));
+    *first_state.lock().expect("health") = HealthState::Healthy;
+    assert_eq!(step(BTreeSet::from([second_key])).await, Outcome::Done);
+    assert!(configmaps.get_opt("second").await?.is_some(), "wave 1 applied");
+    Ok(())
+}

@@ -4,11 +4,13 @@
 //! HealthFailure and TimeoutFailure, retries ending in RetryBlocked, manual approval with a stale
 //! digest, self-heal of an imperative edit (and drift only reported without it), and suspend.
 
+use std::time::{Duration, Instant};
+
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kuvryn_sync_api::{Application, FailureReason, HealthState, RevisionPhase, SyncState, keys};
-use kuvryn_sync_tests::application::{Env, config_map, env_with_workloads};
+use kuvryn_sync_tests::application::{Env, config_map, env_with_workloads, ready};
 use kuvryn_sync_tests::cluster::skip_on_real_cluster;
 use serde_json::{Value, json};
 
@@ -660,5 +662,74 @@ async fn hooks_and_waves_run_in_order_and_a_failed_hook_stops_the_rollout() -> R
         env.api::<ConfigMap>().get_opt("never").await?.is_none(),
         "applied after a failed hook"
     );
+    Ok(())
+}
+
+/// A rollout waiting for a wave holds no worker: with one Application reconciled at a time
+/// (`--application-concurrency 1`), while the first wave of `slow` stays Progressing (a
+/// Deployment whose pod never gets ready) another Application, `quick`, still syncs to Ready
+/// within seconds; `slow` meanwhile stays `Applying` with its Revision `Applying` and its second
+/// wave not applied, and fails with TimeoutFailure at its deadline, naming the Deployment.
+/// Before the runner, `slow`'s reconcile polled its wave until the deadline and `quick` waited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wave_waited_for_does_not_hold_the_only_worker() -> Result<()> {
+    if skip_on_real_cluster(
+        "a_wave_waited_for_does_not_hold_the_only_worker",
+        "simulated workloads (a fictional image whose readiness probe fails)",
+    ) {
+        return Ok(());
+    }
+    let mut env = env_with_workloads("rollout-worker", false).await?;
+    env.grant("apps", &["deployments"]).await?;
+    env.start_controller_with(&["--application-concurrency", "1"], &[])?;
+    let unready = json!({"container": {"env": [{"name": "KSYNC_SIMULATE", "value": "unready"}]}});
+    let commit = env
+        .push(
+            &[
+                ("apps/slow/held.yaml", deployment("held", "registry.example/held:1", unready)),
+                ("apps/slow/late.yaml", config_map("late", "1", json!({keys::SYNC_WAVE: "1"}))),
+                ("apps/quick/settings.yaml", config_map("quick", "1", json!({}))),
+            ],
+            "a wave that never gets ready, and another Application",
+        )
+        .await?;
+    env.create_app("slow", "apps/slow", json!({"health": {"timeout": "20s"}})).await?;
+    let deployments = env.api::<k8s_openapi::api::apps::v1::Deployment>();
+    kuvryn_sync_tests::cluster::wait_for(
+        "wave 0 of slow applied",
+        Duration::from_secs(30),
+        || async { Ok((deployments.get_opt("held").await?.map(|_| ()), "absent".to_owned())) },
+    )
+    .await?;
+
+    let started = Instant::now();
+    env.create_app("quick", "apps/quick", json!({})).await?;
+    env.wait_app("quick", "Ready=True/Healthy", |app| {
+        ready(app).is_some_and(|(s, r, _)| s == "True" && r == "Healthy")
+    })
+    .await?;
+    let took = started.elapsed();
+    println!("quick became Ready {took:?} after it was created, while slow waited for wave 0");
+    ensure!(took < Duration::from_secs(10), "quick waited {took:?} for slow's wave");
+
+    let slow = env.api::<Application>().get("slow").await?;
+    let status = slow.status.clone().context("slow's status")?;
+    assert_eq!(status.sync.state, SyncState::Applying, "{status:?}");
+    assert_eq!(ready(&slow), None, "Ready keeps its value (none yet) while the rollout goes on");
+    let revision = env.revision("slow", &commit).await?;
+    let revision_status = revision.status.context("revision status")?;
+    assert_eq!(revision_status.phase, Some(RevisionPhase::Applying));
+    assert_eq!(revision_status.attempts, 1, "the reconciles after the first continue its attempt");
+    assert!(env.api::<ConfigMap>().get_opt("late").await?.is_none(), "wave 1 before wave 0");
+
+    let message = env.wait_ready("slow", "False", "TimeoutFailure").await?;
+    assert!(
+        message.contains("held") && message.contains("later groups were not applied"),
+        "{message}"
+    );
+    let revision = env.revision("slow", &commit).await?;
+    let revision_status = revision.status.context("revision status")?;
+    assert_eq!((revision_status.phase, revision_status.attempts), (Some(RevisionPhase::Failed), 1));
+    assert!(env.api::<ConfigMap>().get_opt("late").await?.is_none(), "applied after a timeout");
     Ok(())
 }

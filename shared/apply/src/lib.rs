@@ -9,4 +9,5 @@ pub mod clients;
 pub mod engine;
 pub mod kinds;
 pub mod memo;
+pub mod runner;
 pub mod shared_inventory;

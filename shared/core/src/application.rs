@@ -20,6 +20,10 @@
 //! - An automatic attempt first records the inventory (`status.managedKinds` grown by every
 //!   desired kind) together with sync state `Applying`, then applies, then prunes; `settle`
 //!   shrinks the inventory to the kinds that still have live objects.
+//! - The sync step takes one step of the rollout per reconcile (`crate::advance`); while it is
+//!   under way (the Revision `Applying`, or `RollingBack` for a run, and the Application's sync
+//!   state `Applying`) each reconcile goes on with it: no new attempt, Event or deadline, Ready
+//!   unchanged, the hooks seen so far recorded on the Revision.
 //! - Events go out on transitions only: `PlanCreated` for a new Revision, `DeploymentStarted`,
 //!   `ApprovalRequired`, `PruneSkipped` and `PruneInventoryIncomplete` once per attempt, a failure
 //!   reason when the Ready condition changes.
@@ -282,6 +286,9 @@ fn decide_planned(
     // Changes found after this Revision was applied are drift only while it is what runs: a
     // Revision that a rollback replaced since is deployed again.
     let deployed_here = current.deployed_revision.as_deref() == Some(planned.commit.as_str());
+    if phase == Some(RevisionPhase::Applying) && under_way(app, &current, planned) {
+        return continue_attempt(current, status, planned);
+    }
 
     match phase {
         Some(RevisionPhase::Observing) if !has_changes => {
@@ -429,6 +436,9 @@ fn decide_run(
     let Some(request) = &run.request else {
         // A completed rollback holds: keep the rollback's commit running.
         match phase {
+            Some(RevisionPhase::RollingBack) if under_way(app, &current, planned) => {
+                return continue_attempt(current, status, planned);
+            }
             Some(RevisionPhase::RollingBack) if !has_changes => {
                 return observe_rollout(app, current, status, planned, now);
             }
@@ -458,6 +468,9 @@ fn decide_run(
         .is_some_and(|recorded| *recorded == id);
     if this_run {
         match phase {
+            Some(RevisionPhase::RollingBack) if under_way(app, &current, planned) => {
+                return continue_attempt(current, status, planned);
+            }
             Some(RevisionPhase::Failed) => {
                 return match retry(app, existing, now) {
                     Retry::Now => {
@@ -1244,7 +1257,64 @@ pub fn with_course(
     decision
 }
 
-/// The statuses after the sync step `decision` ran with `outcome`.
+/// Whether the attempt of `planned`'s Revision (`Applying`, or `RollingBack` for a run) is under
+/// way: the Application's sync state is `Applying`, which the sync step leaves only once every
+/// group is applied, and no conflict has appeared that `conflictPolicy: fail` refuses (that is a
+/// new attempt's `ConflictFailure`, as before the first group).
+fn under_way(app: &Application, current: &ApplicationStatus, planned: &Planned) -> bool {
+    current.sync.state == SyncState::Applying
+        && (planned.plan.conflicts.is_empty()
+            || app.spec.sync.conflict_policy == ConflictPolicy::Adopt)
+}
+
+/// An attempt whose sync step is [`under_way`]: the step goes on from where the cluster is
+/// ([`crate::advance`]), under the attempt's own deadline; nothing new is recorded (no attempt
+/// counted, no Event, Ready unchanged), only the hooks seen so far on the Revision.
+fn continue_attempt(
+    current: ApplicationStatus,
+    status: ApplicationStatus,
+    planned: &Planned,
+) -> Decision {
+    let mut revision = planned.revision.clone();
+    if let Some(status) = revision.as_mut().and_then(|r| r.status.as_mut()) {
+        status.hooks = hooks_in_progress(planned, &status.hooks);
+    }
+    let existing = planned.revision.as_ref().and_then(|r| r.status.as_ref());
+    let changed = revision.as_ref().and_then(|r| r.status.as_ref()) != existing;
+    let step = Step::Sync { prune: planned.prune.delete.clone() };
+    let mut decision = finish(current, status, revision.filter(|_| changed), Vec::new(), step);
+    decision.requeue_after = Some(rollout::OBSERVE_EVERY);
+    decision
+}
+
+/// `status.hooks` during the sync step: each hook that exists, by its health; a hook the plan
+/// would create again keeps a `Succeeded` record (it ran, and was removed after success), and is
+/// otherwise not recorded yet.
+fn hooks_in_progress(planned: &Planned, recorded: &[HookStatus]) -> Vec<HookStatus> {
+    let creates = |hook: &HookStatus| {
+        planned
+            .plan
+            .changes
+            .iter()
+            .any(|c| c.action == PlanAction::Create && c.resource == hook.resource)
+    };
+    hook_records(planned)
+        .into_iter()
+        .filter_map(|hook| {
+            if !creates(&hook) {
+                return Some(hook);
+            }
+            recorded
+                .iter()
+                .find(|r| r.resource == hook.resource && r.state == HookState::Succeeded)
+                .cloned()
+        })
+        .collect()
+}
+
+/// The statuses after the sync step `decision` ran with `outcome`. A step that continued an
+/// attempt (`continue_attempt`) may have left the statuses as they were: those stored are the
+/// base then.
 pub fn settle(
     app: &Application,
     decision: &Decision,
@@ -1253,9 +1323,13 @@ pub fn settle(
     redactor: &Redactor,
     now: &Time,
 ) -> Settled {
-    let mut status = decision.status.clone().unwrap_or_default();
-    let mut revision =
-        decision.revision.as_ref().and_then(|r| r.status.clone()).unwrap_or_default();
+    let mut status = decision.status.clone().or_else(|| app.status.clone()).unwrap_or_default();
+    let mut revision = decision
+        .revision
+        .as_ref()
+        .or(planned.revision.as_ref())
+        .and_then(|r| r.status.clone())
+        .unwrap_or_default();
     let mut events = Vec::new();
     match outcome {
         SyncOutcome::Done { live_kinds } => {

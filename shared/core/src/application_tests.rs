@@ -2921,6 +2921,15 @@ fn a_rollback_run_applies_rolls_back_and_holds_the_commit_it_left() {
     let app_status = started.status.clone().expect("status");
     assert_eq!(app_status.desired_revision.as_deref(), Some(C2));
 
+    // A reconcile while the run's sync step is under way (the Application Applying, groups left
+    // to apply): the run goes on, nothing new is counted or announced.
+    let mut going = app.clone();
+    going.status = started.status.clone();
+    let request_again = request("manual", "alice", None);
+    let (_, step) = run_reconcile(&going, run(request_again), drifted, revision.clone(), vec![]);
+    assert!(matches!(step.step, Step::Sync { .. }), "{:?}", step.step);
+    assert!(step.events.is_empty() && step.revision.is_none(), "{:?}", step.events);
+
     // Applied: still RollingBack, then Healthy completes it.
     let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
     let settled = settle(&app, &started, &state, &done, &Redactor::new(), &at(55));
@@ -3322,6 +3331,107 @@ fn a_repository_whose_source_fails_fails_the_applications_that_follow_it() {
             assert_eq!(message, "Repository team/apps: revision main not found");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// decide: an attempt whose sync step is under way (one step per reconcile)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn an_attempt_under_way_goes_on_without_counting_a_new_one() {
+    let app = automatic();
+    let (first, decision) = first_sync(&app);
+    let revision = stored(&decision, revision_status(&decision).clone());
+    let applying = decision.status.clone().expect("written before the sync");
+    // (the Application's sync state, what the plan finds, whether the attempt goes on)
+    type Row = (SyncState, fn(&DesiredObject) -> Found, bool);
+    let rows: Vec<Row> = vec![
+        // Groups left to apply, or all applied and the prune not done yet (a restart between).
+        (SyncState::Applying, absent, true),
+        (SyncState::Applying, unchanged, true),
+        // The Application no longer says Applying (its status write was lost): a new attempt.
+        (SyncState::Synced, absent, false),
+        // A conflict appeared under conflictPolicy: fail: a new attempt, which fails on it.
+        (SyncState::Applying, conflicting, false),
+        (SyncState::OutOfSync, absent, false),
+    ];
+    for (n, (sync_state, found, goes_on)) in rows.into_iter().enumerate() {
+        let mut app = app.clone();
+        let mut status = applying.clone();
+        status.sync.state = sync_state;
+        app.status = Some(status.clone());
+        let planned_state =
+            planned_with(&web(), found, first.prune.clone(), Some(revision.clone()));
+        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+        let row = format!("row {n}: {sync_state:?}");
+        let syncs = Step::Sync { prune: first.prune.delete.clone() };
+        let conflicts = !planned_state.plan.conflicts.is_empty();
+        assert_eq!(d.step == syncs, !conflicts, "{row}: {:?}", d.step);
+        if goes_on {
+            assert_eq!(d.requeue_after, Some(rollout::OBSERVE_EVERY), "{row}");
+            assert!(d.events.is_empty(), "{row}: {:?}", d.events);
+            assert!(d.revision.is_none(), "{row}: nothing new on the Revision");
+            assert!(d.status.is_none(), "{row}: the status stays Applying, Ready unchanged");
+            // The step settles on the stored statuses: the attempt's own start and count.
+            let done = SyncOutcome::Done { live_kinds: live_kinds_after_first_sync() };
+            let settled = settle(&app, &d, &planned_state, &done, &Redactor::new(), &at(40));
+            assert_eq!(
+                (settled.revision.phase, settled.revision.attempts, settled.revision.started_at),
+                (Some(RevisionPhase::Observing), 1, Some(at(10))),
+                "{row}"
+            );
+            assert_eq!(settled.status.sync.state, SyncState::Synced, "{row}");
+            assert_eq!(settled.status.managed_kinds, status.managed_kinds, "{row}");
+        } else if !conflicts {
+            assert_eq!(reasons(&d.events), vec!["DeploymentStarted", "PruneSkipped"], "{row}");
+            let rs = revision_status(&d);
+            assert_eq!((rs.attempts, rs.started_at.clone()), (2, Some(at(30))), "{row}");
+        } else {
+            let rs = revision_status(&d);
+            let reason = rs.failure.as_ref().map(|f| f.reason);
+            assert_eq!((rs.attempts, reason), (2, Some(FailureReason::ConflictFailure)), "{row}");
+        }
+    }
+}
+
+#[test]
+fn hooks_are_recorded_as_the_attempt_goes_on_and_a_removed_success_is_kept() {
+    let hook = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "annotations": {keys::HOOK: keys::HOOK_PRE_SYNC}},
+               "data": {"a": "1"}})
+    };
+    let state = desired(vec![hook("migrate"), hook("seed"), hook("later"), deployment("api")]);
+    let mut app = automatic();
+    let prune = prune_for(&state, &[]);
+    let first = planned_with(&state, absent, prune.clone(), None);
+    let decision = decide(&app, &planned(&first), &Redactor::new(), &at(10));
+    app.status = decision.status.clone();
+    let mut revision = stored(&decision, revision_status(&decision).clone());
+    let succeeded = |name: &str| HookStatus {
+        resource: resource("v1", "ConfigMap", name),
+        stage: HookStage::PreSync,
+        state: HookState::Succeeded,
+        message: "done earlier".into(),
+    };
+    // `seed` ran and was removed since; `migrate` runs; `later` was never created.
+    revision.status.as_mut().expect("status").hooks = vec![succeeded("seed")];
+    let found = |object: &DesiredObject| match object.key.name.as_str() {
+        "migrate" => unchanged(object),
+        _ => Found::Absent,
+    };
+    let mut planned_state = planned_with(&state, found, prune, Some(revision));
+    planned_state.health = vec![
+        object_health("", "ConfigMap", "migrate", HealthState::Progressing),
+        object_health("", "ConfigMap", "seed", HealthState::Progressing),
+        object_health("", "ConfigMap", "later", HealthState::Progressing),
+        object_health("apps", "Deployment", "api", HealthState::Progressing),
+    ];
+    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    let recorded: Vec<(&str, HookState)> =
+        revision_status(&d).hooks.iter().map(|h| (h.resource.name.as_str(), h.state)).collect();
+    assert_eq!(recorded, vec![("migrate", HookState::Running), ("seed", HookState::Succeeded)]);
+    assert!(d.events.is_empty() && d.status.is_none(), "{:?}", d.events);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@
 //! | [`discovery`] | `.ksync.yaml` parsing and which Applications to create, update or delete |
 //! | [`desired`] | normalising and validating rendered objects, and `desiredStateHash` |
 //! | [`order`] | the order objects are applied (stages, waves, kinds) and deleted in |
+//! | [`advance`] | the next step of a rollout's apply (a group applied, waited for, failed, or done), from the live state |
 //! | [`plan`] | a plan's actions, changed fields, conflicts, summary and digest |
 //! | [`prune`] | which managed objects a sync prunes, and which it keeps and why |
 //! | [`inventory`] | `status.managedKinds` before and after a sync, and the identity a sync acts as |
@@ -40,6 +41,7 @@
 //! | [`shards`] | which controller shard an object belongs to, shard names, which shard Leases a replica claims |
 
 pub mod admission;
+pub mod advance;
 pub mod application;
 pub mod checkout;
 pub mod conditions;
