@@ -6,6 +6,13 @@
   bench_report.py html FIGURES OUTDIR OUTDIR/report.html with inline SVG plots, and each plot
                                       as OUTDIR/<plot>.svg (what docs/performance.md embeds)
   bench_report.py markdown FIGURES    every figure as a Markdown table (for docs/performance.md)
+  bench_report.py shards FIGURES      every all-Ready run, one controller beside shards, as a
+                                      Markdown table
+
+A `scale_apps_ready` line with `"shards": N` above 1 (several controllers) gives the same figures
+tagged with `shards` and `shard_mode`, plus the largest replica's peak RSS and how far the split
+was from even; the one-controller plots leave them out, and the `shards-*` plots show them beside
+the one-controller runs of the same N (the median of each configuration's runs).
 
 The benchmarks (tests/benches/*.rs) print one JSON object per measurement, keyed by "bench";
 `figures` turns each into figures of one shape:
@@ -48,6 +55,9 @@ def fig(name, value, unit, n, bench, baseline=None, baseline_name=None, goal=Non
 
 def scale_ready(r):
     n, b = r["apps"], r["bench"]
+    shards = r.get("shards", 1)
+    if shards > 1:
+        return scale_ready_sharded(r)
     return [
         fig("time_to_all_ready", r["ready_s"], "s", n, b, r["floor_s"],
             "raw server-side apply of the same objects (same run)", r.get("goal_ready_s")),
@@ -57,6 +67,35 @@ def scale_ready(r):
             round(r["floor_requests"] / n, 2), "one apply per object"),
         fig("peak_rss", r["peak_rss_mib"], "MiB", n, b, goal=r.get("goal_rss_mib")),
     ]
+
+
+def scale_ready_sharded(r):
+    """The all-Ready phase with several controllers: the same figures, tagged with `shards` and
+    `shard_mode` (so that the one-controller plots leave them out), and how even the split was."""
+    n, b, shards = r["apps"], r["bench"], r["shards"]
+    split = r["apps_per_replica"]
+    even = n / shards
+    deviation = max(abs(count - even) for count in split.values()) / even * 100
+    detail = {"apps_per_replica": split, "peak_rss_mib_per_replica": r["peak_rss_mib_per_replica"],
+              "api_requests_per_replica": r["api_requests_per_replica"],
+              "apps_written_by_two": r["apps_written_by_two"], "settle_s": r["settle_s"]}
+    lines = [
+        fig("time_to_all_ready", r["ready_s"], "s", n, b, r["floor_s"],
+            "raw server-side apply of the same objects (same run)", detail=detail),
+        fig("api_requests_first_sync", r["api_requests"], "requests", n, b,
+            r["floor_requests"], "one apply per object", detail=detail),
+        fig("api_requests_per_application", round(r["api_requests"] / n, 2), "requests", n, b,
+            round(r["floor_requests"] / n, 2), "one apply per object", detail=detail),
+        fig("peak_rss", r["peak_rss_mib"], "MiB", n, b, detail=detail),
+        fig("peak_rss_largest_replica", max(r["peak_rss_mib_per_replica"].values()), "MiB", n, b,
+            detail=detail),
+        fig("shard_split_deviation", round(deviation, 1), "% from even", n, b, goal=10,
+            detail=detail),
+    ]
+    for line in lines:
+        line["shards"] = shards
+        line["shard_mode"] = r["shard_mode"]
+    return lines
 
 
 def scale_resync(r):
@@ -284,7 +323,89 @@ def bar_chart(title, unit, categories, series, goal=None, goal_label="goal"):
 
 
 def by_name(figs, name):
-    return {f["N"]: f for f in figs if f["name"] == name}
+    """The one-controller figures called `name`, by N (sharded runs have plots of their own)."""
+    return {f["N"]: f for f in figs if f["name"] == name and f.get("shards", 1) == 1}
+
+
+def label(f):
+    """A figure's name, with its controllers when there were several."""
+    return f["name"] if f.get("shards", 1) == 1 else f"{f['name']} ({shard_config(f)})"
+
+
+def shard_config(f):
+    shards = f.get("shards", 1)
+    if shards == 1:
+        return "1 controller"
+    return f"{shards} shards, {f.get('shard_mode', 'automatic')}"
+
+
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def shard_plot(figs, title, name, unit):
+    """One controller beside several, per N: the median of the runs of each configuration (the
+    table beside it lists every run)."""
+    rows = [f for f in figs if f["name"] == name]
+    if not any(f.get("shards", 1) > 1 for f in rows):
+        return None
+    sizes = sorted({f["N"] for f in rows})
+    configs = sorted({shard_config(f) for f in rows}, key=lambda c: (c != "1 controller", c))
+    series = []
+    for config in configs:
+        values = []
+        for n in sizes:
+            runs = [f["value"] for f in rows if f["N"] == n and shard_config(f) == config]
+            values.append(round(median(runs), 2) if runs else None)
+        series.append((config, values))
+    runs = max(sum(1 for f in rows if f["N"] == n and shard_config(f) == c)
+               for n in sizes for c in configs)
+    if runs > 1:
+        title += f" (median of up to {runs} runs)"
+    return bar_chart(title, unit, [f"N = {n:,}" for n in sizes], series)
+
+
+SHARD_COLUMNS = [("time_to_all_ready", "time to all Ready (s)"),
+                 ("api_requests_per_application", "requests per Application"),
+                 ("peak_rss", "peak RSS, sum (MiB)"),
+                 ("peak_rss_largest_replica", "largest replica (MiB)")]
+
+
+def shard_runs(figs):
+    """Every all-Ready run, in the order run: (N, configuration, {figure name: value}, split)."""
+    runs = []
+    for f in figs:
+        if f["name"] == "time_to_all_ready":
+            runs.append((f["N"], shard_config(f), {}, (f.get("detail") or {}).get(
+                "apps_per_replica")))
+        if runs and f["name"] in dict(SHARD_COLUMNS) and f["N"] == runs[-1][0] \
+                and shard_config(f) == runs[-1][1]:
+            runs[-1][2][f["name"]] = f["value"]
+    if not any(config != "1 controller" for _, config, _, _ in runs):
+        return []
+    for _, config, values, _ in runs:
+        if config == "1 controller" and "peak_rss" in values:
+            values["peak_rss_largest_replica"] = values["peak_rss"]
+    return runs
+
+
+def shard_table(figs):
+    """One controller or several: every run as a Markdown table (empty when no sharded run)."""
+    runs = shard_runs(figs)
+    if not runs:
+        return ""
+    lines = ["| N | controllers | " + " | ".join(label for _, label in SHARD_COLUMNS)
+             + " | Applications per replica |",
+             "|---:|---|" + "---:|" * len(SHARD_COLUMNS) + "---|"]
+    for n, config, values, split in runs:
+        cells = " | ".join(fmt(values.get(name)) for name, _ in SHARD_COLUMNS)
+        shares = " / ".join(str(v) for v in split.values()) if split else ""
+        lines.append(f"| {n:,} | {config} | {cells} | {shares} |")
+    return "\n".join(lines)
 
 
 def scale_plot(figs, title, name, unit, with_baseline=None, goal=None):
@@ -331,6 +452,12 @@ def plots(figs):
                                 "api_requests_per_application", "requests",
                                 "floor: one apply per object")),
         ("peak-rss", scale_plot(figs, "Controller peak RSS", "peak_rss", "MiB")),
+        ("shards-ready", shard_plot(figs, "One controller or shards: time to all Ready",
+                                    "time_to_all_ready", "seconds")),
+        ("shards-requests", shard_plot(figs, "One controller or shards: requests per Application",
+                                       "api_requests_per_application", "requests")),
+        ("shards-rss", shard_plot(figs, "One controller or shards: peak RSS, all replicas",
+                                  "peak_rss", "MiB")),
         ("push-latency", pair_plot(figs, "Push → apply start, through the receiver", "ms",
                                    ["push_to_apply_start_p50", "push_to_apply_start_p99",
                                     "push_to_applied_p99"],
@@ -369,7 +496,7 @@ def write_html(figs, outdir):
         made.append((slug, svg))
     e = html.escape
     rows = "\n".join(
-        f"<tr><td>{e(f['name'])}</td><td>{e(str(f['N']))}</td><td class=n>{fmt(f['value'])}</td>"
+        f"<tr><td>{e(label(f))}</td><td>{e(str(f['N']))}</td><td class=n>{fmt(f['value'])}</td>"
         f"<td>{e(f['unit'])}</td><td class=n>{fmt(f.get('baseline'))}</td>"
         f"<td>{e(f.get('baseline_name') or '')}</td><td class=n>{fmt(f.get('goal'))}</td></tr>"
         for f in figs)
@@ -386,6 +513,7 @@ engine measured in the same run; a dashed line marks a goal.</p>
 <div class="plots">
 {"".join(f'<figure id="{slug}">{svg}</figure>' for slug, svg in made)}
 </div>
+{shard_html(figs)}
 <h2>Every figure</h2>
 <table><tr><th>name</th><th>N</th><th>value</th><th>unit</th><th>baseline</th>
 <th>baseline is</th><th>goal</th></tr>
@@ -397,11 +525,27 @@ engine measured in the same run; a dashed line marks a goal.</p>
     return [slug for slug, _ in made]
 
 
+def shard_html(figs):
+    runs = shard_runs(figs)
+    if not runs:
+        return ""
+    e = html.escape
+    head = "".join(f"<th>{e(label)}</th>" for _, label in SHARD_COLUMNS)
+    rows = "\n".join(
+        f"<tr><td class=n>{n:,}</td><td>{e(config)}</td>"
+        + "".join(f"<td class=n>{fmt(values.get(name))}</td>" for name, _ in SHARD_COLUMNS)
+        + f"<td>{e(' / '.join(str(v) for v in split.values()) if split else '')}</td></tr>"
+        for n, config, values, split in runs)
+    return (f"<h2>One controller or shards, every run</h2>\n<table><tr><th>N</th>"
+            f"<th>controllers</th>{head}<th>Applications per replica</th></tr>\n{rows}\n"
+            "</table>")
+
+
 def markdown(figs):
     lines = ["| figure | N | value | unit | baseline | baseline is | goal |",
              "|---|---:|---:|---|---:|---|---:|"]
     for f in figs:
-        lines.append(f"| {f['name']} | {f['N']} | {fmt(f['value'])} | {f['unit']} | "
+        lines.append(f"| {label(f)} | {f['N']} | {fmt(f['value'])} | {f['unit']} | "
                      f"{fmt(f.get('baseline')) if 'baseline' in f else ''} | "
                      f"{f.get('baseline_name') or ''} | "
                      f"{fmt(f.get('goal')) if 'goal' in f else ''} |")
@@ -422,6 +566,9 @@ def main(argv):
         return 0
     if len(argv) == 2 and argv[0] == "markdown":
         print(markdown(check(argv[1])))
+        return 0
+    if len(argv) == 2 and argv[0] == "shards":
+        print(shard_table(check(argv[1])) or "no run with several controllers")
         return 0
     print(__doc__, file=sys.stderr)
     return 2

@@ -49,6 +49,13 @@
 //!   `--application-resync-interval` of `KSYNC_SCALE_RESYNC_S` seconds (10 by default; the
 //!   performance suite, `scripts/bench`, uses 60), its CPU over one resync of every Application.
 //!
+//! With `KSYNC_SCALE_SHARDS=N` (1 by default) above 1, the all-Ready phase runs N controller
+//! processes instead of one, in automatic mode (`--shards N`) or, with
+//! `KSYNC_SCALE_SHARD_MODE=label`, in label mode (`--shard s0` …, Applications labelled
+//! round-robin), and prints the same `scale_apps_ready` line with `"shards": N`, the requests and
+//! peak RSS summed over the replicas and per replica, and how the Applications split across them
+//! (`scale/shards.rs`); the other phases are not run then.
+//!
 //! N comes from `KSYNC_SCALE_APPS`: 100 by default (the size scripts/test runs, with
 //! `--profile dev`); 1000 is the published target:
 //!
@@ -83,6 +90,8 @@ use serde_json::{Value, json};
 
 #[path = "scale/push.rs"]
 mod push;
+#[path = "scale/shards.rs"]
+mod shards;
 #[path = "scale/steady.rs"]
 mod steady;
 
@@ -194,6 +203,8 @@ async fn main() -> Result<()> {
     let phases = phases_from_env()?;
     let pushes = number_from_env("KSYNC_SCALE_PUSHES", 3)? as usize;
     let resync = Duration::from_secs(number_from_env("KSYNC_SCALE_RESYNC_S", 10)?);
+    let shard_count = number_from_env("KSYNC_SCALE_SHARDS", 1)? as usize;
+    let shard_mode = shards::mode_from_env()?;
     // Names of equal width, so that no name is a prefix of another.
     let width = apps.to_string().len().max(4);
     let names: Vec<String> = (1..=apps).map(|n| format!("app-{n:0width$}")).collect();
@@ -213,6 +224,9 @@ async fn main() -> Result<()> {
     let commit = env.push(&files, &format!("{apps} applications")).await?;
 
     let floor = floor(&env, &names).await?;
+    if shard_count > 1 {
+        return shards::run(&env, &names, &commit, floor, shard_count, shard_mode).await;
+    }
 
     env.start_controller(&[("NO_COLOR", "1")])?;
     let pid = controller_pid()?;
@@ -262,7 +276,7 @@ async fn main() -> Result<()> {
     let ratio = progress.ready.as_secs_f64() / floor.as_secs_f64();
     println!(
         "{}",
-        json!({"bench": "scale_apps_ready", "apps": apps, "objects": 4 * apps,
+        json!({"bench": "scale_apps_ready", "apps": apps, "objects": 4 * apps, "shards": 1,
                "created_s": secs(created), "applied_s": secs(progress.applied),
                "ready_s": secs(progress.ready), "floor_s": secs(floor),
                "ratio": (ratio * 100.0).round() / 100.0,

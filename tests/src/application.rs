@@ -118,36 +118,13 @@ impl Env {
 
     /// The running controller's `/metrics` text (its ops address is in its log).
     pub async fn controller_metrics_text(&self) -> Result<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let log = self.controller_log();
-        let addr = log
-            .split_whitespace()
-            .rev()
-            .find_map(|word| word.strip_prefix("ops_addr="))
-            .context("the controller log names its ops address")?;
-        let mut stream = tokio::net::TcpStream::connect(addr).await?;
-        let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await?;
-        let mut response = String::new();
-        stream.read_to_string(&mut response).await?;
-        Ok(response)
+        metrics_text(&self.log_path()).await
     }
 
     /// The samples of counter `name` (such as `kuvryn_sync_renders_total`) on the running
     /// controller's `/metrics`, as (labels, value): labels as `key="value"` pairs, in order.
     pub async fn controller_counter(&self, name: &str) -> Result<Vec<(Vec<String>, u64)>> {
-        let response = self.controller_metrics_text().await?;
-        let mut samples = Vec::new();
-        for line in response.lines() {
-            let Some(rest) = line.strip_prefix(name) else { continue };
-            let (labels, value) = match rest.strip_prefix('{') {
-                Some(rest) => rest.split_once("} ").context("a sample line")?,
-                None => ("", rest.trim_start()),
-            };
-            let labels = labels.split(',').filter(|l| !l.is_empty()).map(str::to_owned).collect();
-            samples.push((labels, value.trim().parse::<u64>()?));
-        }
-        Ok(samples)
+        counter(&self.log_path(), name).await
     }
 
     pub fn api<K>(&self) -> Api<K>
@@ -269,6 +246,17 @@ impl Env {
     /// Create Application `name` deploying `path` into the test namespace as `deployer`,
     /// automatic with prune; `overrides` is merged into the spec.
     pub async fn create_app(&self, name: &str, path: &str, overrides: Value) -> Result<()> {
+        self.create_app_labelled(name, path, overrides, json!({})).await
+    }
+
+    /// [`Env::create_app`] with `labels` (a JSON object) on the Application from its creation.
+    pub async fn create_app_labelled(
+        &self,
+        name: &str,
+        path: &str,
+        overrides: Value,
+        labels: Value,
+    ) -> Result<()> {
         let mut spec = json!({
             "serviceAccountName": DEPLOYER,
             "source": {"repositoryRef": {"name": "apps"}, "path": path, "render": {"type": "yaml"}},
@@ -278,7 +266,7 @@ impl Env {
         merge(&mut spec, overrides);
         let app: Application = serde_json::from_value(json!({
             "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": name}, "spec": spec,
+            "metadata": {"name": name, "labels": labels}, "spec": spec,
         }))?;
         self.api::<Application>().create(&PostParams::default(), &app).await?;
         Ok(())
@@ -399,6 +387,41 @@ impl Env {
         })
         .await
     }
+}
+
+/// The `/metrics` text of the controller whose output is in `log` (its ops address is there).
+pub async fn metrics_text(log: &std::path::Path) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let addr = text
+        .split_whitespace()
+        .rev()
+        .find_map(|word| word.strip_prefix("ops_addr="))
+        .with_context(|| format!("the controller log {} names its ops address", log.display()))?
+        .to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await?;
+    let request = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    Ok(response)
+}
+
+/// The samples of counter `name` on the `/metrics` of the controller whose output is in `log`,
+/// as (labels, value): labels as `key="value"` pairs, in order.
+pub async fn counter(log: &std::path::Path, name: &str) -> Result<Vec<(Vec<String>, u64)>> {
+    let response = metrics_text(log).await?;
+    let mut samples = Vec::new();
+    for line in response.lines() {
+        let Some(rest) = line.strip_prefix(name) else { continue };
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(rest) => rest.split_once("} ").context("a sample line")?,
+            None => ("", rest.trim_start()),
+        };
+        let labels = labels.split(',').filter(|l| !l.is_empty()).map(str::to_owned).collect();
+        samples.push((labels, value.trim().parse::<u64>()?));
+    }
+    Ok(samples)
 }
 
 /// Server-side apply cluster-scoped RBAC objects as the admin.
