@@ -6,7 +6,7 @@
 //!
 //! serde-saphyr's node budget counts the nodes the *parser* sees, not the ones an alias
 //! produces when it is replayed, and its alias-replay limit counts events (end events included)
-//! separately from it. So the values are built by our own small visitor, [`Meter`], which counts
+//! separately from it. So the values are built by our own small visitor, `Meter`, which counts
 //! every node handed to it — scalars, sequences, mappings and keys, aliases included — and the
 //! nesting depth, and stops at [`Limits::max_nodes`] / [`Limits::max_depth`] before the node is
 //! stored. The document built can therefore never hold more than `max_nodes` nodes, whatever the
