@@ -440,20 +440,9 @@ async fn sync_application(
     let observation = match observe(&app, namespace, ctx, &mut redactor, &mut seen).await? {
         Ok(observation) | Err(observation) => observation,
     };
-    let mut decision = decide_reconcile(&app, &observation, seen, dependencies, sinks, &redactor);
-    if let (Step::Report, Observation::Planned(planned)) = (&decision.step, &observation) {
-        let rules = ctx.health_rules.current();
-        decision.events.extend(newly_invalid_health_checks(&app, &rules, planned));
-    }
-    let unplanned = unplanned_revision(&app, namespace, &observation, ctx).await?;
-    let mut decision = with_unplanned_revision(
-        decision,
-        &app,
-        &observation,
-        unplanned.as_ref(),
-        &redactor,
-        &now(),
-    );
+    let decision = decide_reconcile(&app, &observation, seen, dependencies, sinks, &redactor);
+    let (mut decision, unplanned) =
+        with_records(&app, namespace, &observation, decision, &redactor, ctx).await?;
     let previous = match &observation {
         Observation::Planned(planned) => planned.revision.as_ref(),
         Observation::Failed { .. } => unplanned.as_ref(),
@@ -471,6 +460,27 @@ async fn sync_application(
     watch_managed_kinds(&app, &decision, ctx);
     let next = decision.requeue_after.map_or(ctx.resync, |after| after.min(ctx.resync));
     Ok(Action::requeue(next))
+}
+
+/// What `decision` records besides the rollout: `InvalidHealthCheck` for an Application already
+/// synced, and the Revision recording a failure of the commit itself (returned with the one
+/// found, if any).
+async fn with_records(
+    app: &Application,
+    namespace: &str,
+    observation: &Observation,
+    mut decision: Decision,
+    redactor: &Redactor,
+    ctx: &ApplicationContext,
+) -> Result<(Decision, Option<Revision>), ReconcileError> {
+    if let (Step::Report, Observation::Planned(planned)) = (&decision.step, observation) {
+        let rules = ctx.health_rules.current();
+        decision.events.extend(newly_invalid_health_checks(app, &rules, planned));
+    }
+    let unplanned = unplanned_revision(app, namespace, observation, ctx).await?;
+    let found = unplanned.as_ref();
+    let decision = with_unplanned_revision(decision, app, observation, found, redactor, &now());
+    Ok((decision, unplanned))
 }
 
 /// Everything one reconcile decides from what it observed: the rollout (or a rollback run that
