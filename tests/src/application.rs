@@ -506,3 +506,24 @@ fn at_commit(revisions: Vec<Revision>, commit: &str) -> Option<Revision> {
     found.sort_by_key(|r| r.spec.desired_state_hash.is_empty());
     found.into_iter().next()
 }
+
+/// Shard Lease name → holder, of the unexpired shard Leases (`--shards N`) in `default`.
+pub async fn shard_holders(env: &Env) -> Result<std::collections::BTreeMap<String, String>> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(env.cluster.client(), "default");
+    let selector = format!("{}=shard", keys::SHARD_LEASE);
+    let listed = leases.list(&ListParams::default().labels(&selector)).await?;
+    let now = std::time::SystemTime::now();
+    Ok(listed
+        .items
+        .into_iter()
+        .filter_map(|lease| {
+            let spec = lease.spec?;
+            let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
+            let renewed = std::time::SystemTime::from(spec.renew_time?.0);
+            let duration =
+                std::time::Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?);
+            (renewed + duration > now).then(|| (lease.metadata.name.unwrap_or_default(), holder))
+        })
+        .collect())
+}

@@ -12,7 +12,7 @@ use anyhow::{Context, Result, ensure};
 use ksync_sandbox::RequestRecord;
 use kube::api::ListParams;
 use kuvryn_sync_api::{Application, SyncState};
-use kuvryn_sync_tests::application::{self, config_map};
+use kuvryn_sync_tests::application::{self, config_map, shard_holders};
 use kuvryn_sync_tests::cluster::{ControllerProcess, skip_on_real_cluster, wait_for};
 use serde_json::json;
 
@@ -139,26 +139,6 @@ fn start_replica(
         &log,
     )?;
     Ok((user, process, log))
-}
-
-/// Shard Lease name → holder, of the Leases the controllers keep in `default`.
-async fn shard_holders(env: &application::Env) -> Result<BTreeMap<String, String>> {
-    use k8s_openapi::api::coordination::v1::Lease;
-    let leases: kube::Api<Lease> = kube::Api::namespaced(env.cluster.client(), "default");
-    let selector = format!("{}=shard", kuvryn_sync_api::keys::SHARD_LEASE);
-    let listed = leases.list(&ListParams::default().labels(&selector)).await?;
-    let now = SystemTime::now();
-    Ok(listed
-        .items
-        .into_iter()
-        .filter_map(|lease| {
-            let spec = lease.spec?;
-            let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
-            let renewed = SystemTime::from(spec.renew_time?.0);
-            let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?);
-            (renewed + duration > now).then(|| (lease.metadata.name.unwrap_or_default(), holder))
-        })
-        .collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,11 +25,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kuvryn_sync_api::{Application, Repository, keys};
 use kuvryn_sync_apply::engine::CONCURRENCY;
-use kuvryn_sync_tests::application::{DEADLINE, Env, counter};
+use kuvryn_sync_tests::application::{DEADLINE, Env, counter, shard_holders};
 use kuvryn_sync_tests::cluster::{ControllerProcess, wait_for};
 use serde_json::json;
 
@@ -136,25 +135,6 @@ async fn start_replicas(env: &Env, shards: usize, mode: Mode, logs: &Path) -> Re
         }
     }
     Ok(replicas)
-}
-
-/// Shard Lease name → holder, of the unexpired shard Leases in `default`.
-async fn shard_holders(env: &Env) -> Result<BTreeMap<String, String>> {
-    let leases: kube::Api<Lease> = kube::Api::namespaced(env.cluster.client(), "default");
-    let selector = format!("{}=shard", keys::SHARD_LEASE);
-    let listed = leases.list(&ListParams::default().labels(&selector)).await?;
-    let now = SystemTime::now();
-    Ok(listed
-        .items
-        .into_iter()
-        .filter_map(|lease| {
-            let spec = lease.spec?;
-            let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
-            let renewed = SystemTime::from(spec.renew_time?.0);
-            let duration = Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?);
-            (renewed + duration > now).then(|| (lease.metadata.name.unwrap_or_default(), holder))
-        })
-        .collect())
 }
 
 fn log_text(log: &Path) -> String {
