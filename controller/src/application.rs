@@ -777,6 +777,7 @@ async fn observe(
         diagnosis: parts.diagnosis,
         rollback: seen.1.clone(),
         fallback,
+        live_kinds: Some(parts.live_kinds),
     }))))
 }
 
@@ -1035,6 +1036,7 @@ struct PlanParts {
     plan: Plan,
     prune: PrunePlan,
     unlisted: Vec<GroupKind>,
+    live_kinds: BTreeSet<GroupKind>,
     existing: Option<Revision>,
     health: Vec<ObjectHealth>,
     diagnosis: Vec<kuvryn_sync_api::Diagnosis>,
@@ -1086,9 +1088,13 @@ async fn plan_desired_state(
     let health = health_of(&rules, &desired.objects, &live, &now());
     let diagnosis =
         diagnose::diagnose(client, &ctx.kinds, &desired.objects, &live, &health, redactor).await;
+    let mut live_kinds: BTreeSet<GroupKind> =
+        found.objects.iter().map(|o| o.managed.key.group_kind.clone()).collect();
+    live_kinds.extend(unlisted.iter().cloned());
     Ok(Ok(PlanParts {
         plan,
         prune,
+        live_kinds,
         unlisted: unlisted.into_iter().collect(),
         existing,
         health,

@@ -110,6 +110,10 @@ pub struct Planned {
     /// Where a failure of the existing (Failed) Revision rolls back to under
     /// `failurePolicy.action: rollback` ([`rollback::fallback`]).
     pub fallback: Option<rollback::Fallback>,
+    /// The kinds that still have live objects carrying the Application's labels, and those the
+    /// service account may not list (which might): a recorded kind in neither has nothing left to
+    /// prune or watch. `None` when not known.
+    pub live_kinds: Option<std::collections::BTreeSet<GroupKind>>,
 }
 
 /// A rollback being run, or a hold being kept, as the decision needs it.
@@ -236,11 +240,41 @@ pub fn decide(
             decision
         }
         Observation::Planned(planned) => {
-            decide_planned(app, current, status, planned, redactor, now)
+            let mut decision = decide_planned(app, current, status, planned, redactor, now);
+            forget_empty_kinds(&mut decision, app, planned);
+            decision
         }
     };
     decision.events = bounded(redactor, decision.events);
     decision
+}
+
+/// A reconcile that syncs nothing still drops from `status.managedKinds` the recorded kinds that
+/// are neither desired nor have live objects left (a prune whose sync step ended without
+/// settling, say, after a failure on the way): there is nothing of them to prune or watch. Kinds
+/// are only ever removed here, never added.
+fn forget_empty_kinds(decision: &mut Decision, app: &Application, planned: &Planned) {
+    let Some(live) = planned.live_kinds.as_ref() else { return };
+    if !matches!(decision.step, Step::Report) {
+        return;
+    }
+    let base = decision.status.clone().or_else(|| app.status.clone()).unwrap_or_default();
+    let desired: std::collections::BTreeSet<GroupKind> =
+        planned.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
+    let kept: Vec<kuvryn_sync_api::ManagedKind> = base
+        .managed_kinds
+        .iter()
+        .filter(|k| {
+            let kind = GroupKind::new(group_of(&k.api_version), &k.kind);
+            desired.contains(&kind) || live.contains(&kind)
+        })
+        .cloned()
+        .collect();
+    if kept.len() != base.managed_kinds.len() {
+        let mut status = base;
+        status.managed_kinds = kept;
+        decision.status = Some(status);
+    }
 }
 
 /// When to look again after a reconcile that stopped before a plan: a retryable failure (the

@@ -197,6 +197,7 @@ fn planned_with(
         diagnosis: Vec::new(),
         rollback: None,
         fallback: None,
+        live_kinds: None,
     }
 }
 
@@ -3518,4 +3519,41 @@ fn a_recorded_failure_message_is_redacted_and_a_planned_reconcile_records_nothin
         with_unplanned_revision(decision, &app, &planned(&planned_state), None, &redactor, &at(10));
     assert_eq!(name(&after), before);
     assert_ne!(before, Some(unplanned_revision_name(APP, C1)));
+}
+
+#[test]
+fn a_reconcile_that_syncs_nothing_forgets_recorded_kinds_with_nothing_left() {
+    let mut app = automatic();
+    let status = ApplicationStatus {
+        managed_kinds: vec![
+            kind("apps/v1", "Deployment"),
+            kind("v1", "ConfigMap"),
+            kind("v1", "Service"),
+        ],
+        ..Default::default()
+    };
+    app.status = Some(status.clone());
+    let state = desired(vec![config_map("web")]);
+    let mut planned = planned_with(&state, unchanged, PrunePlan::default(), None);
+    let names = |d: &Decision| -> Vec<String> {
+        let kinds = d.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
+        kinds.into_iter().map(|k| k.kind).collect()
+    };
+    // (live kinds, step, managedKinds written)
+    type Row = (Option<BTreeSet<GroupKind>>, Step, Option<Vec<&'static str>>);
+    let service = GroupKind::new("", "Service");
+    let rows: [Row; 4] = [
+        (Some(BTreeSet::new()), Step::Report, Some(vec!["ConfigMap"])),
+        (Some(BTreeSet::from([service.clone()])), Step::Report, Some(vec!["ConfigMap", "Service"])),
+        (Some(BTreeSet::new()), Step::Sync { prune: Vec::new() }, None),
+        (None, Step::Report, None),
+    ];
+    for (live, step, expected) in rows {
+        planned.live_kinds = live.clone();
+        let mut decision = finish(status.clone(), status.clone(), None, Vec::new(), step.clone());
+        forget_empty_kinds(&mut decision, &app, &planned);
+        let written = decision.status.is_some().then(|| names(&decision));
+        let expected = expected.map(|e| e.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+        assert_eq!(written, expected, "live {live:?}, step {step:?}");
+    }
 }
