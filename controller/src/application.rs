@@ -733,10 +733,7 @@ async fn observe(
     let sa = Some(service_account.as_str());
     let client = match ctx.clients.for_service_account(namespace, &service_account) {
         Ok(client) => client,
-        Err(err) => {
-            let reason = FailureReason::ServiceAccountFailure;
-            return Ok(Err(failed(reason, err.to_string(), sa, None)));
-        }
+        Err(err) => return Ok(Err(failed(ACCOUNT_FAILED, err.to_string(), sa, None))),
     };
     let (resolved, request) = match read_source(app, namespace, ctx, redactor).await? {
         Ok(found) => found,
@@ -780,6 +777,8 @@ async fn observe(
         live_kinds: Some(parts.live_kinds),
     }))))
 }
+
+const ACCOUNT_FAILED: FailureReason = FailureReason::ServiceAccountFailure;
 
 /// The rollback course for the commit the spec resolves to (recorded in `seen`), and the commit
 /// it deploys: a rollback deploys its own commit, and a hold keeps the rollback's commit running.
