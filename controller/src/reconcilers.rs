@@ -176,13 +176,12 @@ async fn fill_state_gauges(
     (applications, repositories): GaugeWriters,
     config: kube::runtime::watcher::Config,
 ) {
+    use crate::triggers::trim_metadata;
     use futures::StreamExt;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
-    let apps = reflector(applications, watcher(Api::all(client.clone()), config.clone()))
-        .default_backoff()
-        .for_each(|_| async {});
-    let repos = reflector(repositories, watcher(Api::all(client), config))
-        .default_backoff()
-        .for_each(|_| async {});
+    let apps = watcher(Api::all(client.clone()), config.clone()).modify(trim_metadata);
+    let apps = reflector(applications, apps).default_backoff().for_each(|_| async {});
+    let repos = watcher(Api::all(client), config).modify(trim_metadata);
+    let repos = reflector(repositories, repos).default_backoff().for_each(|_| async {});
     futures::future::join(apps, repos).await;
 }

@@ -29,7 +29,7 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
     let (reader, writer) = reflector::store();
-    let events = watcher(api, scope.watcher_config()).default_backoff();
+    let events = watcher(api, scope.watcher_config()).default_backoff().modify(trim_metadata);
     let stream = scope.narrow(events).reflect(writer).applied_objects().predicate_filter(
         predicates::generation
             .combine(predicates::annotations)
@@ -38,6 +38,17 @@ where
         Default::default(),
     );
     (reader, stream)
+}
+
+/// Drop from a watched object of our own kinds what no reconciler reads and the store need not
+/// hold for every object: its `managedFields` (the reconcilers write status and finalizers
+/// without reading them) and a client-side `kubectl apply`'s copy of the whole object.
+pub fn trim_metadata<K: Resource>(object: &mut K) {
+    let metadata = object.meta_mut();
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
+        annotations.remove(kuvryn_sync_core::plan::trim::LAST_APPLIED);
+    }
 }
 
 /// Whether deletion has started (an object with a finalizer is marked, not removed).

@@ -26,6 +26,7 @@ use kuvryn_sync_api::{FailureReason, ManagedKind, keys};
 use kuvryn_sync_core::desired::{
     DesiredObject, GroupKind, ObjectKey, Scope, group_of, kinds_defined_by,
 };
+use kuvryn_sync_core::plan::trim::trim_live;
 use kuvryn_sync_core::plan::{
     FieldConflict, Found, Observation, blocking_conflicts, changed_fields, imperative_managers,
     parse_conflict_message, real_conflicts,
@@ -419,7 +420,7 @@ impl Engine<'_> {
             inventory.listed.push(group_kind.clone());
             inventory
                 .objects
-                .extend(objects.into_iter().map(|o| live_object(kind, &group_kind, o)));
+                .extend(objects.into_iter().map(|o| live_object(kind, &group_kind, o, self)));
         }
         Ok(inventory)
     }
@@ -525,7 +526,15 @@ fn exists(dry_run: &Value) -> bool {
 
 /// A listed (or watched) object of `kind` as the inventory holds it. A list's items carry no
 /// kind of their own, so it is set.
-fn live_object(kind: &ManagedKind, group_kind: &GroupKind, mut object: Value) -> LiveObject {
+/// A listed or watched object of `kind`, trimmed as the shared inventory keeps it
+/// ([`trim_live`]), so a plan sees the same object whichever answered.
+fn live_object(
+    kind: &ManagedKind,
+    group_kind: &GroupKind,
+    mut object: Value,
+    engine: &Engine<'_>,
+) -> LiveObject {
+    trim_live(&mut object, engine.field_manager);
     if let Some(fields) = object.as_object_mut() {
         fields.insert("apiVersion".to_owned(), Value::String(kind.api_version.clone()));
         fields.insert("kind".to_owned(), Value::String(kind.kind.clone()));

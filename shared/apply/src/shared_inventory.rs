@@ -20,18 +20,26 @@
 //!   pruned), so its permission is checked with a real list, remembered for `max_age` (the
 //!   controller's resync interval, like the dry-run memo's), and checked again after.
 //!
+//! Each object is kept trimmed ([`trim_live`]: no other manager's field sets, no
+//! `last-applied-configuration` copy) and as compact JSON text, parsed again when a plan asks for
+//! it: a parsed `serde_json::Value` takes several times the memory of its text (a map and a
+//! string allocation per field), and the controller holds every managed object of every
+//! Application. A plan reads a few objects per reconcile, so parsing them costs little.
+//!
 //! Otherwise the engine lists, as before. Hand-written: a map with an index and a pending set
 //! keyed by our own types; kube-runtime's reflector store has neither the index by label nor
 //! the pending writes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use kuvryn_sync_api::keys;
 use kuvryn_sync_core::desired::{GroupKind, ObjectKey};
+use kuvryn_sync_core::field_manager;
+use kuvryn_sync_core::plan::trim::trim_live;
 use serde_json::Value;
 
 /// The Application an object belongs to: namespace, name.
@@ -61,12 +69,29 @@ struct KindCache {
 
 #[derive(Debug, Default)]
 struct Objects {
-    by_app: HashMap<AppId, HashMap<Slot, Arc<Value>>>,
+    by_app: HashMap<AppId, HashMap<Slot, Cached>>,
     owner: HashMap<Slot, AppId>,
 }
 
+/// One watched object, as the cache keeps it.
+#[derive(Debug)]
+struct Cached {
+    /// Its `metadata.resourceVersion`.
+    version: Option<String>,
+    /// Whether its deletion has begun.
+    deleting: bool,
+    /// The object, trimmed ([`trim_live`]), as compact JSON.
+    json: Box<str>,
+}
+
+impl Cached {
+    fn object(&self) -> Value {
+        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+    }
+}
+
 impl Objects {
-    fn insert(&mut self, slot: Slot, app: Option<AppId>, object: Arc<Value>) {
+    fn insert(&mut self, slot: Slot, app: Option<AppId>, object: Cached) {
         self.remove(&slot);
         if let Some(app) = app {
             self.by_app.entry(app.clone()).or_default().insert(slot.clone(), object);
@@ -237,9 +262,7 @@ impl SharedInventory {
         let objects = &kinds.get(&key.group_kind)?.objects;
         let slot = (key.namespace.clone(), key.name.clone());
         let object = objects.by_app.get(objects.owner.get(&slot)?)?.get(&slot)?;
-        let metadata = &object["metadata"];
-        let version = metadata["resourceVersion"].as_str().map(str::to_owned);
-        Some((version, metadata["deletionTimestamp"].is_string()))
+        Some((object.version.clone(), object.deleting))
     }
 
     /// Service account `identity` listed `kind` in `destination` (the Application's namespace
@@ -281,7 +304,7 @@ impl SharedInventory {
             objects
                 .iter()
                 .filter(|((namespace, _), _)| namespace.as_deref() == destination)
-                .map(|(_, object)| object.as_ref().clone())
+                .map(|(_, object)| object.object())
                 .collect(),
         )
     }
@@ -297,7 +320,9 @@ impl SharedInventory {
     }
 }
 
-fn entry(object: &DynamicObject) -> (Slot, Option<AppId>, Arc<Value>) {
+/// Where `object` goes in the cache, and what the cache keeps of it: trimmed for the
+/// Application its labels name (its field manager's field sets are what the plan reads).
+fn entry(object: &DynamicObject) -> (Slot, Option<AppId>, Cached) {
     let meta = &object.metadata;
     let slot = (meta.namespace.clone(), meta.name.clone().unwrap_or_default());
     let labels = meta.labels.as_ref();
@@ -307,8 +332,16 @@ fn entry(object: &DynamicObject) -> (Slot, Option<AppId>, Arc<Value>) {
             labels.get(keys::APPLICATION)?.clone(),
         ))
     });
-    let value = serde_json::to_value(object).unwrap_or(Value::Null);
-    (slot, app, Arc::new(value))
+    let mut value = serde_json::to_value(object).unwrap_or(Value::Null);
+    if let Some((namespace, name)) = &app {
+        trim_live(&mut value, &field_manager::for_application(namespace, name));
+    }
+    let cached = Cached {
+        version: meta.resource_version.clone(),
+        deleting: meta.deletion_timestamp.is_some(),
+        json: value.to_string().into_boxed_str(),
+    };
+    (slot, app, cached)
 }
 
 fn object_key(kind: &GroupKind, (namespace, name): &Slot) -> ObjectKey {

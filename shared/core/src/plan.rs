@@ -18,6 +18,7 @@ pub mod field_manager;
 pub mod inventory;
 pub mod order;
 pub mod prune;
+pub mod trim;
 
 use std::collections::BTreeSet;
 
@@ -55,6 +56,9 @@ const SERVER_FIELDS: &[&str] = &[
     ".metadata.creationTimestamp",
     ".metadata.selfLink",
     ".status",
+    // Server-side apply rewrites a client-side `kubectl apply`'s copy of the object from the
+    // applied body on objects that carry it; the cached objects drop it (`trim`).
+    ".metadata.annotations.kubectl.kubernetes.io/last-applied-configuration",
 ];
 
 /// A field another manager holds, which the apply would take.
