@@ -267,14 +267,15 @@ fn acting_as(
     account: &PartialObjectMeta<ServiceAccount>,
     default: Option<&str>,
 ) -> Vec<ObjectRef<Application>> {
-    let name = account.name_any();
+    // Called for every service account created, each time over every Application: compare in
+    // place, without a copy of each one's namespace.
+    let name = account.metadata.name.as_deref();
     applications
         .iter()
-        .filter(|app| app.namespace() == account.namespace())
         .filter(|app| {
-            inventory::service_account(app.spec.service_account_name.as_deref(), default)
-                == Some(name.as_str())
+            inventory::service_account(app.spec.service_account_name.as_deref(), default) == name
         })
+        .filter(|app| app.metadata.namespace == account.metadata.namespace)
         .map(|app| ObjectRef::from_obj(app.as_ref()))
         .collect()
 }
@@ -345,10 +346,12 @@ fn dependents_of(
     applications: &[Arc<Application>],
     changed: &Application,
 ) -> Vec<ObjectRef<Application>> {
-    // Only Applications with dependencies can depend on `changed` (cloning all is quadratic).
+    // Only Applications with dependencies can depend on `changed` (cloning all is quadratic);
+    // called for every readiness change, each time over every Application: compare in place.
     let namespace_apps: Vec<Application> = applications
         .iter()
-        .filter(|a| a.namespace() == changed.namespace() && !a.spec.depends_on.is_empty())
+        .filter(|a| !a.spec.depends_on.is_empty())
+        .filter(|a| a.metadata.namespace == changed.metadata.namespace)
         .map(|a| a.as_ref().clone())
         .collect();
     dependencies::dependents(changed, &namespace_apps)
@@ -638,10 +641,10 @@ async fn stored_revisions(
     // Only fails once the writer is gone, at shutdown: the store is then as good as it gets.
     let _ = ctx.revisions.wait_until_ready().await;
     let name = app.name_any();
-    ctx.revisions
-        .state()
-        .iter()
-        .filter(|r| r.metadata.namespace.as_deref() == Some(namespace))
+    ctx.revision_writes
+        .names(namespace, &name)
+        .into_iter()
+        .filter_map(|revision| ctx.revisions.get(&ObjectRef::new(&revision).within(namespace)))
         .filter(|r| r.labels().get(keys::APPLICATION) == Some(&name))
         .map(|r| r.as_ref().clone())
         .collect()

@@ -6,14 +6,18 @@
 //! version, or a re-list that began after the write ends; while one is pending the Revision is
 //! read from the API server, as before. Versions are compared for equality only, never for
 //! order. Hand-written: a map keyed by namespace and name with one rule.
+//!
+//! The same events also keep the names of each Application's Revisions ([`RevisionWrites::names`]),
+//! so a reconcile finds its own Revisions in the store by name instead of going through every
+//! Application's (at 10,000 Applications that scan took a fifth of the controller's CPU).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use kube::ResourceExt;
 use kube::runtime::watcher;
-use kuvryn_sync_api::Revision;
+use kuvryn_sync_api::{Revision, keys};
 
 /// Revisions written and not yet seen on the watch.
 #[derive(Debug, Default)]
@@ -21,6 +25,10 @@ pub struct RevisionWrites {
     pending: Mutex<HashMap<(String, String), (String, Instant)>>,
     /// When the watch's current re-list began, while one is under way.
     relist: Mutex<Option<Instant>>,
+    /// Revision names by the namespace and `sync.kuvryn.io/application` label they were last
+    /// delivered with (a name may stay after its Revision went during a break in the watch, or
+    /// moved to another Application: readers check the store's object).
+    by_application: Mutex<HashMap<(String, String), BTreeSet<String>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -43,8 +51,39 @@ impl RevisionWrites {
         lock(&self.pending).contains_key(&(namespace.to_owned(), name.to_owned()))
     }
 
+    /// The names of the Revisions delivered for Application `namespace/application` (see
+    /// `by_application`).
+    pub fn names(&self, namespace: &str, application: &str) -> Vec<String> {
+        let key = (namespace.to_owned(), application.to_owned());
+        lock(&self.by_application)
+            .get(&key)
+            .map(|n| n.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn index(&self, revision: &Revision, present: bool) {
+        let Some(application) = revision.labels().get(keys::APPLICATION) else { return };
+        let key = (revision.namespace().unwrap_or_default(), application.clone());
+        let mut index = lock(&self.by_application);
+        if present {
+            index.entry(key).or_default().insert(revision.name_any());
+        } else if let Some(names) = index.get_mut(&key) {
+            names.remove(&revision.name_any());
+            if names.is_empty() {
+                index.remove(&key);
+            }
+        }
+    }
+
     /// One event of the Revision watch, after the store applied it.
     pub fn apply_event(&self, event: &watcher::Event<Revision>) {
+        match event {
+            watcher::Event::Apply(revision) | watcher::Event::InitApply(revision) => {
+                self.index(revision, true);
+            }
+            watcher::Event::Delete(revision) => self.index(revision, false),
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        }
         match event {
             watcher::Event::Init => *lock(&self.relist) = Some(Instant::now()),
             watcher::Event::InitDone => {
@@ -81,7 +120,23 @@ mod tests {
         let mut revision = Revision::new(name, spec);
         revision.metadata.namespace = Some("team".to_owned());
         revision.metadata.resource_version = Some(version.to_owned());
+        revision.metadata.labels = Some([(keys::APPLICATION.to_owned(), "web".to_owned())].into());
         revision
+    }
+
+    #[test]
+    fn revisions_are_named_by_their_application() {
+        let writes = RevisionWrites::default();
+        writes.apply_event(&watcher::Event::InitApply(revision("web-1", "4")));
+        writes.apply_event(&watcher::Event::Apply(revision("web-2", "5")));
+        let mut other = revision("api-1", "6");
+        other.metadata.labels = Some([(keys::APPLICATION.to_owned(), "api".to_owned())].into());
+        writes.apply_event(&watcher::Event::Apply(other));
+        assert_eq!(writes.names("team", "web"), ["web-1", "web-2"]);
+        assert_eq!(writes.names("team", "api"), ["api-1"]);
+        assert!(writes.names("other", "web").is_empty(), "another namespace");
+        writes.apply_event(&watcher::Event::Delete(revision("web-1", "7")));
+        assert_eq!(writes.names("team", "web"), ["web-2"]);
     }
 
     #[test]

@@ -351,6 +351,7 @@ fn object_key(kind: &GroupKind, (namespace, name): &Slot) -> ObjectKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kuvryn_sync_core::plan::trim;
     use serde_json::json;
 
     const SA: &str = "system:serviceaccount:team:deployer";
@@ -486,6 +487,40 @@ mod tests {
         cache.apply_event(&kind(), &watcher::Event::InitApply(object("a", "web", "12")));
         cache.apply_event(&kind(), &watcher::Event::InitDone);
         assert_eq!(found(&cache), Some(vec!["a".to_owned()]));
+    }
+
+    #[test]
+    fn objects_are_kept_trimmed_for_their_application() {
+        let mut watched = object("a", "web", "1");
+        let entry = |manager: &str, operation: &str| {
+            serde_json::from_value(json!({"manager": manager, "operation": operation,
+                "apiVersion": "apps/v1", "time": "2026-12-05T01:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:spec": {"f:replicas": {}}}}))
+            .expect("entry")
+        };
+        watched.metadata.managed_fields = Some(vec![
+            entry("kuvryn-sync/team/web", "Apply"),
+            entry("kube-controller-manager", "Update"),
+        ]);
+        watched.metadata.annotations = Some(
+            [(trim::LAST_APPLIED.to_owned(), "{}".to_owned()), ("keep".to_owned(), "1".to_owned())]
+                .into(),
+        );
+        watched.data = json!({"spec": {"replicas": 2}, "status": {"replicas": 2}});
+        let cache = listed(&[watched]);
+        let live = cache.objects(SA, APP, &kind(), Some("team")).expect("answer");
+        let metadata = &live[0]["metadata"];
+        assert_eq!(
+            metadata["managedFields"],
+            json!([{"manager": "kuvryn-sync/team/web", "operation": "Apply",
+                    "apiVersion": "apps/v1", "fieldsV1": {"f:spec": {"f:replicas": {}}}},
+                   {"manager": "kube-controller-manager", "operation": "Update"}]),
+            "the Application's own field set is what the dry-run memo reads"
+        );
+        assert_eq!(metadata["annotations"], json!({"keep": "1"}));
+        assert_eq!(metadata["resourceVersion"], "1");
+        assert_eq!(live[0]["spec"], json!({"replicas": 2}));
+        assert_eq!(live[0]["status"], json!({"replicas": 2}));
     }
 
     #[test]

@@ -179,9 +179,11 @@ impl TreeIds {
             if component == ".." || current.0 != EntryKind::Tree {
                 return None;
             }
-            current = self.entries(current.1)?.into_iter().find_map(|(name, kind, id)| {
-                (name == component.as_bytes()).then_some((kind, id))
-            })?;
+            // Found in place: a monorepo folder may hold thousands of entries, and every
+            // Application's render key looks one up.
+            let tree = self.repo.find_tree(current.1).ok()?;
+            let found = tree.find_entry(component)?;
+            current = (found.mode().kind(), found.oid().to_owned());
         }
         Some(current)
     }
