@@ -36,6 +36,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -43,7 +44,6 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
     Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthCheck,
     HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
@@ -71,6 +71,7 @@ use kuvryn_sync_runtime::durations::Reconciled;
 use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest};
 
 use crate::context::{ApplicationContext, ReconcileError, publish, service_account_of};
+use crate::status::apply_status;
 use crate::{deletion, diagnose, health, notify, render};
 use crate::{references, source, triggers};
 
@@ -1427,14 +1428,7 @@ async fn write_revision_status(
             revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(&clear)).await?;
         ctx.revision_writes.wrote(&cleared);
     }
-    let body = serde_json::json!({
-        "apiVersion": Revision::api_version(&()),
-        "kind": Revision::kind(&()),
-        "metadata": {"name": name},
-        "status": status,
-    });
-    let apply = PatchParams::apply(CONTROLLER_NAME).force();
-    let written = revisions.patch_status(name, &apply, &Patch::Apply(&body)).await?;
+    let written = apply_status::<Revision>(&ctx.client, namespace, name, status).await?;
     ctx.revision_writes.wrote(&written);
     Ok(written)
 }
@@ -1445,15 +1439,7 @@ async fn write_status(
     status: &ApplicationStatus,
     ctx: &ApplicationContext,
 ) -> Result<(), kube::Error> {
-    let applications: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
-    let body = serde_json::json!({
-        "apiVersion": Application::api_version(&()),
-        "kind": Application::kind(&()),
-        "metadata": {"name": app.name_any()},
-        "status": status,
-    });
-    let apply = PatchParams::apply(CONTROLLER_NAME).force();
-    applications.patch_status(&app.name_any(), &apply, &Patch::Apply(&body)).await?;
+    apply_status::<Application>(&ctx.client, namespace, &app.name_any(), status).await?;
     Ok(())
 }
 

@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::status::apply_status;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -219,14 +220,8 @@ async fn write(
         delete_application(&applications, delete).await?;
     }
     if let Some(status) = &decision.status {
-        let repositories: Api<Repository> = Api::namespaced(ctx.client.clone(), namespace);
-        let body = serde_json::json!({
-            "apiVersion": Repository::api_version(&()),
-            "kind": Repository::kind(&()),
-            "metadata": {"name": repo.name_any()},
-            "status": status,
-        });
-        repositories.patch_status(&repo.name_any(), &apply, &Patch::Apply(&body)).await?;
+        let name = repo.name_any();
+        apply_status::<Repository>(&ctx.client, namespace, &name, status).await?;
     }
     let reference = repo.object_ref(&());
     ctx.recorder.publish(&reference, &decision.events, redactor).await;
