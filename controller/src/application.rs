@@ -49,7 +49,7 @@ use kuvryn_sync_api::{
     HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
     keys,
 };
-use kuvryn_sync_apply::engine::{Engine, EngineError, Shared};
+use kuvryn_sync_apply::engine::{Engine, Shared};
 use kuvryn_sync_apply::runner::{Outcome, Rollout, Runner};
 use kuvryn_sync_core::application::{
     Decision, Inputs, Observation, Observed, Planned, RevisionUpdate, Step, SyncOutcome,
@@ -71,16 +71,15 @@ use kuvryn_sync_runtime::durations::Reconciled;
 use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest};
 
 use crate::context::{ApplicationContext, ReconcileError, publish, service_account_of};
+use crate::context::{StepResult, reported};
 use crate::status::apply_status;
 use crate::{deletion, diagnose, health, notify, render};
 use crate::{references, source, triggers};
+use kuvryn_sync_core::failure::StepFailure;
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
 /// goes.
 pub const APPLICATION_FINALIZER: &str = "sync.kuvryn.io/application-cleanup";
-
-/// The result of an observation step: its value, or the failure that ends observation.
-type StepResult<T> = Result<Result<T, Observation>, ReconcileError>;
 
 /// Run the Application controller until `shutdown` resolves. Triggers: spec and annotation
 /// changes, a Repository's new commit, and changes of managed objects seen by the shared
@@ -463,9 +462,7 @@ async fn observe(
     if held_back(app, observed.dependencies.as_ref()).is_some() {
         return Ok(observed);
     }
-    let observation = match observe_commit(app, namespace, ctx, redactor, &mut observed).await? {
-        Ok(observation) | Err(observation) => observation,
-    };
+    let observation = observe_commit(app, namespace, ctx, redactor, &mut observed).await?;
     observed.unplanned = unplanned_revision(app, namespace, &observation, ctx).await?;
     if let Observation::Planned(planned) = &observation {
         observed.invalid_rules = invalid_rules(&ctx.health_rules.current(), planned);
@@ -498,8 +495,11 @@ async fn sync_step(
     }
     let mut settled = settle(app, decision, planned, &outcome, redactor, &now());
     settled.events.extend(invalid_health_checks(invalid));
-    if let SyncOutcome::Failed { reason: FailureReason::HookFailed, resource: Some(hook), .. } =
-        &outcome
+    if let SyncOutcome::Failed(StepFailure {
+        reason: FailureReason::HookFailed,
+        resource: Some(hook),
+        ..
+    }) = &outcome
     {
         let found = diagnose_failed_hook(app, namespace, planned, hook, redactor, ctx).await;
         if !found.is_empty() {
@@ -518,7 +518,7 @@ async fn sync_step(
     write_status(app, namespace, &settled.status, ctx).await?;
     write_revision_status(namespace, &revision, &settled.revision, None, ctx).await?;
     publish(app, &settled.events, redactor, ctx).await;
-    if let SyncOutcome::Failed { reason, message, .. } = &outcome {
+    if let SyncOutcome::Failed(StepFailure { reason, message, .. }) = &outcome {
         tracing::info!(application = %app.name_any(), %namespace, reason = reason.as_str(),
             message = %redactor.redact(message), "sync failed");
     } else {
@@ -667,66 +667,62 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
-fn failed(
-    reason: FailureReason,
-    message: impl Into<String>,
-    service_account: Option<&str>,
-    commit: Option<&str>,
-) -> Observation {
-    Observation::Failed {
-        reason,
-        message: message.into(),
-        service_account: service_account.map(str::to_owned),
-        commit: commit.map(str::to_owned),
-    }
-}
-
 /// The commit's part of [`observe`]: identity, source, the rollback course (recorded in
-/// `observed`, also when a later step fails), render and plan.
+/// `observed`, also when a later step fails), render and plan ([`plan_commit`]); a step's
+/// failure is the observation then, with the service account and commit reached before it.
 async fn observe_commit(
     app: &Application,
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
     observed: &mut Observed,
-) -> StepResult<Observation> {
-    let service_account = match resolve_identity(app, namespace, ctx).await? {
-        Ok(name) => name,
-        Err(failed) => return Ok(Err(failed)),
-    };
-    let sa = Some(service_account.as_str());
-    let client = match ctx.clients.for_service_account(namespace, &service_account) {
-        Ok(client) => client,
-        Err(err) => return Ok(Err(failed(ACCOUNT_FAILED, err.to_string(), sa, None))),
-    };
-    let (resolved, request) = match read_source(app, namespace, ctx, redactor).await? {
-        Ok(found) => found,
-        Err((reason, message)) => return Ok(Err(failed(reason, message, sa, None))),
-    };
+) -> Result<Observation, ReconcileError> {
+    let mut reached = Reached::default();
+    let planned = plan_commit(app, namespace, ctx, redactor, observed, &mut reached).await;
+    reported(planned.map(|p| Observation::Planned(Box::new(p))), |failure| Observation::Failed {
+        failure,
+        service_account: reached.service_account,
+        commit: reached.commit,
+    })
+}
+
+/// How far [`plan_commit`] got: the service account and the commit, once resolved.
+#[derive(Default)]
+struct Reached {
+    service_account: Option<String>,
+    commit: Option<String>,
+}
+
+/// Steps 1–4, each composed with `?`: the first failure ends them.
+async fn plan_commit(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+    redactor: &mut Redactor,
+    observed: &mut Observed,
+    reached: &mut Reached,
+) -> StepResult<Planned> {
+    let service_account = resolve_identity(app, namespace, ctx).await?;
+    reached.service_account = Some(service_account.clone());
+    let client = ctx
+        .clients
+        .for_service_account(namespace, &service_account)
+        .map_err(|err| StepFailure::new(ACCOUNT_FAILED, err.to_string()))?;
+    let (resolved, request) = read_source(app, namespace, ctx, redactor).await?;
     let commit = follow_course(app, namespace, &resolved, ctx, observed).await?;
-    let tree = match checkout(ctx, request, &commit).await? {
-        Ok(tree) => tree,
-        Err((reason, message)) => return Ok(Err(failed(reason, message, sa, Some(&commit)))),
-    };
-    let at = Some(commit.as_str());
+    reached.commit = Some(commit.clone());
+    let tree = checkout(ctx, request, &commit).await?;
     let (desired, chart_digest) =
-        match render_and_validate(app, namespace, &client, &tree, ctx, redactor).await? {
-            Ok(rendered) => rendered,
-            Err((reason, message)) => return Ok(Err(failed(reason, message, sa, at))),
-        };
+        render_and_validate(app, namespace, &client, &tree, ctx, redactor).await?;
     learn_secret_values(redactor, &desired);
     let acting = Acting::new(app, namespace, &service_account);
     let engine = engine_for(app, &client, &acting, ctx);
     let planning = (&engine, &client);
-    let parts = match plan_desired_state(app, namespace, planning, &commit, &desired, ctx, redactor)
-        .await?
-    {
-        Ok(parts) => parts,
-        Err(err) => return Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
-    };
+    let parts =
+        plan_desired_state(app, namespace, planning, &commit, &desired, ctx, redactor).await?;
     let fallback =
         fallback_of(app, namespace, parts.existing.as_ref(), &observed.course, ctx).await?;
-    Ok(Ok(Observation::Planned(Box::new(Planned {
+    Ok(Planned {
         service_account,
         commit,
         desired,
@@ -740,7 +736,7 @@ async fn observe_commit(
         rollback: observed.run.clone(),
         fallback,
         live_kinds: Some(parts.live_kinds),
-    }))))
+    })
 }
 
 const ACCOUNT_FAILED: FailureReason = FailureReason::ServiceAccountFailure;
@@ -853,31 +849,26 @@ async fn resolve_identity(
         app.spec.service_account_name.as_deref(),
         ctx.default_service_account.as_deref(),
     ) else {
-        return Ok(Err(failed(
-            FailureReason::ServiceAccountRequired,
-            "no service account to act as: set spec.serviceAccountName, or start the controller \
-             with --default-service-account",
-            None,
-            None,
-        )));
+        let message = "no service account to act as: set spec.serviceAccountName, or start the \
+                       controller with --default-service-account";
+        return Err(StepFailure::new(FailureReason::ServiceAccountRequired, message).into());
     };
     let watched = ObjectRef::<PartialObjectMeta<ServiceAccount>>::new(name).within(namespace);
     if ctx.service_accounts.get(&watched).is_some() {
-        return Ok(Ok(name.to_owned()));
+        return Ok(name.to_owned());
     }
     // Not seen by the watch (yet): ask.
     let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
     match accounts.get_opt(name).await? {
-        Some(_) => Ok(Ok(name.to_owned())),
-        None => Ok(Err(failed(
+        Some(_) => Ok(name.to_owned()),
+        None => Err(StepFailure::new(
             FailureReason::ServiceAccountFailure,
             format!(
                 "service account {namespace}/{name} does not exist; create it, or name another \
                  in spec.serviceAccountName"
             ),
-            Some(name),
-            None,
-        ))),
+        )
+        .into()),
     }
 }
 
@@ -887,37 +878,26 @@ async fn read_source(
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-) -> Result<Result<(String, FetchRequest), (FailureReason, String)>, ReconcileError> {
+) -> StepResult<(String, FetchRequest)> {
     let repo_name = &app.spec.source.repository_ref.name;
     let Some(repo) = repository(namespace, repo_name, ctx).await? else {
-        return Ok(Err((
-            FailureReason::SourceFailure,
-            format!("spec.source.repositoryRef: Repository {namespace}/{repo_name} not found"),
-        )));
+        let message =
+            format!("spec.source.repositoryRef: Repository {namespace}/{repo_name} not found");
+        return Err(StepFailure::new(FailureReason::SourceFailure, message).into());
     };
     let wanted = app.spec.source.revision.as_deref();
-    let request = match source::fetch_request(
-        &ctx.client,
-        &repo,
-        namespace,
-        wanted,
-        ctx.git_timeout,
-        redactor,
-    )
-    .await?
-    {
-        Ok(request) => request,
-        Err(problem) => return Ok(Err((problem.reason, problem.message))),
-    };
+    let timeout = ctx.git_timeout;
+    let request =
+        source::fetch_request(&ctx.client, &repo, namespace, wanted, timeout, redactor).await?;
     let follows_repository =
         wanted.is_none() || wanted == repo.spec.git.as_ref().and_then(|g| g.revision.as_deref());
     let status = repo.status.clone().unwrap_or_default();
     let failing = failing_source(&format!("{namespace}/{repo_name}"), &status.conditions);
     if let Some(failure) = failing.filter(|_| follows_repository) {
-        return Ok(Err(failure));
+        return Err(failure.into());
     }
     if let Some(commit) = status.observed_revision.filter(|_| follows_repository) {
-        return Ok(Ok((commit, request)));
+        return Ok((commit, request));
     }
     let cache = Arc::clone(&ctx.cache);
     let found = tokio::task::spawn_blocking(move || {
@@ -925,7 +905,7 @@ async fn read_source(
         Ok::<_, kuvryn_sync_source::git::GitError>((commit, request))
     })
     .await?;
-    Ok(found.map_err(|err| (err.reason(), err.to_string())))
+    Ok(found.map_err(|err| StepFailure::new(err.reason(), err.to_string()))?)
 }
 
 /// Repository `namespace/name`: from the watched store, else (not seen yet, or absent) read.
@@ -946,11 +926,11 @@ async fn checkout(
     ctx: &ApplicationContext,
     request: FetchRequest,
     commit: &str,
-) -> Result<Result<CheckedOutTree, (FailureReason, String)>, ReconcileError> {
+) -> StepResult<CheckedOutTree> {
     let cache = Arc::clone(&ctx.cache);
     let commit = commit.to_owned();
     let tree = tokio::task::spawn_blocking(move || cache.tree(&request, &commit)).await?;
-    Ok(tree.map_err(|err| (err.reason(), err.to_string())))
+    Ok(tree.map_err(|err| StepFailure::new(err.reason(), err.to_string()))?)
 }
 
 /// Step 3: render `spec.source.path` and normalise it for the destination.
@@ -961,28 +941,23 @@ async fn render_and_validate(
     tree: &CheckedOutTree,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-) -> Result<Result<(DesiredState, Option<String>), (FailureReason, String)>, ReconcileError> {
+) -> StepResult<(DesiredState, Option<String>)> {
     let root = tree.path().to_path_buf();
-    let output =
-        match render::render(app, namespace, client, root, &ctx.renderers, redactor).await? {
-            Ok(output) => output,
-            Err(failure) => return Ok(Err(failure)),
-        };
+    let output = render::render(app, namespace, client, root, &ctx.renderers, redactor).await?;
     let rendered = output.objects;
     let objects: Vec<serde_json::Value> = rendered.iter().map(|r| r.object.clone()).collect();
     let scopes = match ctx.kinds.scopes(client, &objects).await {
         Ok(scopes) => scopes,
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            return Ok(Err((
-                FailureReason::Forbidden,
-                format!(
-                    "forbidden: the service account may not read API discovery: {}",
-                    status.message
-                ),
-            )));
+            let message = format!(
+                "forbidden: the service account may not read API discovery: {}",
+                status.message
+            );
+            return Err(StepFailure::new(FailureReason::Forbidden, message).into());
         }
         Err(err) => {
-            return Ok(Err((FailureReason::PlanFailure, format!("discovery failed: {err}"))));
+            let message = format!("discovery failed: {err}");
+            return Err(StepFailure::new(FailureReason::PlanFailure, message).into());
         }
     };
     let application = app.name_any();
@@ -991,9 +966,9 @@ async fn render_and_validate(
         application_namespace: namespace,
         destination_namespace: &app.spec.destination.namespace,
     };
-    Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)
-        .map(|desired| (desired, output.chart_digest))
-        .map_err(|refusal| (refusal.reason(), refusal.to_string())))
+    let desired = normalise(&rendered, |gk| scopes.get(gk).copied(), target)
+        .map_err(|refusal| StepFailure::new(refusal.reason(), refusal.to_string()))?;
+    Ok((desired, output.chart_digest))
 }
 
 /// What step 4 found.
@@ -1016,25 +991,21 @@ async fn plan_desired_state(
     desired: &DesiredState,
     ctx: &ApplicationContext,
     redactor: &Redactor,
-) -> Result<Result<PlanParts, EngineError>, ReconcileError> {
+) -> StepResult<PlanParts> {
     let _timer = ctx.metrics.durations.plan();
     let recorded: Vec<_> = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let mut kinds: BTreeSet<_> = recorded.iter().cloned().collect();
     kinds.extend(desired.objects.iter().map(inventory::managed_kind));
     let kinds: Vec<_> = kinds.into_iter().collect();
     let name = app.name_any();
+    let destination = &app.spec.destination.namespace;
     let found =
-        match engine.inventory(namespace, &name, &app.spec.destination.namespace, &kinds).await {
-            Ok(found) => found,
-            Err(err) => return Ok(Err(err)),
-        };
+        engine.inventory(namespace, &name, destination, &kinds).await.map_err(StepFailure::from)?;
     let revision = revision_name(&name, commit, &desired.hash);
     let mut live = found.live();
     read_unlisted(engine, &desired.objects, &found.unlisted, &mut live).await;
-    let observations = match engine.observe(&desired.objects, &revision, &live).await {
-        Ok(observations) => observations,
-        Err(err) => return Ok(Err(err)),
-    };
+    let observations =
+        engine.observe(&desired.objects, &revision, &live).await.map_err(StepFailure::from)?;
     let unlisted: BTreeSet<GroupKind> = found.unlisted.iter().cloned().collect();
     let prune = if app.spec.sync.prune {
         let wanted: BTreeSet<ObjectKey> = desired.objects.iter().map(|o| o.key.clone()).collect();
@@ -1056,7 +1027,7 @@ async fn plan_desired_state(
     let mut live_kinds: BTreeSet<GroupKind> =
         found.objects.iter().map(|o| o.managed.key.group_kind.clone()).collect();
     live_kinds.extend(unlisted.iter().cloned());
-    Ok(Ok(PlanParts {
+    Ok(PlanParts {
         plan,
         prune,
         live_kinds,
@@ -1064,7 +1035,7 @@ async fn plan_desired_state(
         existing,
         health,
         diagnosis,
-    }))
+    })
 }
 
 /// The Revision recording attempts that failed at a commit before a plan existed
@@ -1179,11 +1150,8 @@ async fn sync(
     let client = match ctx.clients.for_service_account(namespace, &planned.service_account) {
         Ok(client) => client,
         Err(err) => {
-            return Stepped::Finished(SyncOutcome::Failed {
-                reason: FailureReason::ServiceAccountFailure,
-                message: err.to_string(),
-                resource: None,
-            });
+            let failure = StepFailure::new(ACCOUNT_FAILED, err.to_string());
+            return Stepped::Finished(SyncOutcome::Failed(failure));
         }
     };
     let acting = Acting::new(app, namespace, &planned.service_account);
@@ -1210,9 +1178,7 @@ async fn sync(
     let runner = Runner { engine: &engine, health: &health, clock: &now, timer: &timer };
     match runner.step(&rollout).await {
         Outcome::Requeue(after) => Stepped::Continue(after),
-        Outcome::Failed { reason, message, resource } => {
-            Stepped::Finished(SyncOutcome::Failed { reason, message, resource })
-        }
+        Outcome::Failed(failure) => Stepped::Finished(SyncOutcome::Failed(failure)),
         Outcome::Done => Stepped::Finished(SyncOutcome::Done { live_kinds: live_kinds(planned) }),
     }
 }

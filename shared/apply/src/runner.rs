@@ -10,6 +10,7 @@
 //! each desired object as the caller judged it (the controller's HealthCheck rules and kstatus,
 //! on the live state it just read), and the clock.
 
+use kuvryn_sync_core::failure::StepFailure;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ pub enum Outcome {
     /// Every group is applied and the prune ran; the last group's health is observed after.
     Done,
     /// The attempt failed.
-    Failed { reason: FailureReason, message: String, resource: Option<ObjectKey> },
+    Failed(StepFailure),
 }
 
 /// Judges a desired object's health; `None` when it was not observed.
@@ -96,9 +97,7 @@ impl Runner<'_> {
                 }
             }
             Next::Wait { after, .. } => Outcome::Requeue(after),
-            Next::Fail { reason, message, resource } => {
-                Outcome::Failed { reason, message, resource }
-            }
+            Next::Fail(failure) => Outcome::Failed(failure),
             Next::Done => self.prune(rollout).await,
         }
     }
@@ -179,12 +178,5 @@ impl Runner<'_> {
 
 /// `err` as a failed step with `reason`, on the object it names.
 pub fn failure(reason: FailureReason, err: EngineError) -> Outcome {
-    let resource = match &err {
-        EngineError::Apply { key, .. }
-        | EngineError::Prune { key, .. }
-        | EngineError::Plan { key, .. }
-        | EngineError::NotServed { key } => Some(key.clone()),
-        _ => None,
-    };
-    Outcome::Failed { reason, message: err.to_string(), resource }
+    Outcome::Failed(StepFailure { reason, ..StepFailure::from(err) })
 }

@@ -47,6 +47,7 @@ use kuvryn_sync_api::{
 use crate::conditions::{self, NewCondition, Status};
 use crate::dependencies;
 use crate::desired::{DesiredState, GroupKind, ObjectKey, Stage, group_of};
+use crate::failure::StepFailure;
 use crate::health_rules::InvalidRule;
 use crate::plan::Plan;
 use crate::prune::{ManagedObject, PrunePlan};
@@ -74,8 +75,7 @@ const MAX_NAME: usize = 253;
 pub enum Observation {
     /// The reconcile stopped before a plan existed.
     Failed {
-        reason: FailureReason,
-        message: String,
+        failure: StepFailure,
         /// The service account resolved so far.
         service_account: Option<String>,
         /// The commit resolved so far.
@@ -268,8 +268,8 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
         return with_sinks(decision);
     };
     let abandoned = match (observation, &observed.run) {
-        (Observation::Failed { reason, message, .. }, Some(run)) => {
-            abandon_unplanned(app, run, *reason, message, redactor, now)
+        (Observation::Failed { failure, .. }, Some(run)) => {
+            abandon_unplanned(app, run, failure.reason, &failure.message, redactor, now)
         }
         _ => None,
     };
@@ -334,8 +334,8 @@ pub enum SyncOutcome {
     /// Applied and pruned; `live_kinds` are the kinds of live objects left carrying the
     /// Application's labels (desired ones and those prune kept).
     Done { live_kinds: Vec<GroupKind> },
-    /// Failed for `reason`, on `resource` when one is known.
-    Failed { reason: FailureReason, message: String, resource: Option<ObjectKey> },
+    /// Failed for a reason, on a resource when one is known.
+    Failed(StepFailure),
 }
 
 /// The statuses and Events after a sync step.
@@ -382,7 +382,11 @@ fn decide_rollout(
     let mut status = current.clone();
     status.observed_generation = app.metadata.generation;
     let mut decision = match observation {
-        Observation::Failed { reason, message, service_account, commit } => {
+        Observation::Failed {
+            failure: StepFailure { reason, message, .. },
+            service_account,
+            commit,
+        } => {
             if let Some(sa) = service_account {
                 status.service_account_name = Some(sa.clone());
             }
@@ -543,13 +547,13 @@ fn report_drift(
 pub fn failing_source(
     repository: &str,
     conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-) -> Option<(FailureReason, String)> {
+) -> Option<StepFailure> {
     let ready = conditions::get(conditions, ConditionType::Ready)?;
     let reason = ready.reason.parse::<FailureReason>().ok()?;
     let source =
         matches!(reason, FailureReason::SourceFailure | FailureReason::AuthenticationFailure);
     (ready.status == "False" && source)
-        .then(|| (reason, format!("Repository {repository}: {}", ready.message)))
+        .then(|| StepFailure::new(reason, format!("Repository {repository}: {}", ready.message)))
 }
 
 /// Whether the plan changes anything.
@@ -1536,9 +1540,10 @@ pub fn settle(
                 inventory::kinds_after_sync(&status.managed_kinds, &planned.desired.objects, &live);
             // Ready keeps its value while the rollout progresses; health decides it next.
         }
-        SyncOutcome::Failed { reason, message, resource } => {
+        SyncOutcome::Failed(StepFailure { reason, message, resource }) => {
             let message = clean(redactor, message);
-            fail_revision(&mut revision, *reason, &message, resource.clone(), &planned.plan, now);
+            let on = resource.as_deref().cloned();
+            fail_revision(&mut revision, *reason, &message, on, &planned.plan, now);
             if let Some(hook) = resource.as_ref().filter(|key| is_hook(planned, key)) {
                 record_failed_hook(&mut revision, planned, hook, &message);
             }
@@ -2006,13 +2011,16 @@ pub fn unplanned_revision_name(application: &str, commit: &str) -> String {
 /// about the commit, and a Revision per hiccup would bury the history.
 pub fn unplanned_failure(observation: &Observation) -> Option<(&str, FailureReason, &str)> {
     match observation {
-        Observation::Failed { reason, message, commit: Some(commit), .. }
-            if matches!(
-                reason,
-                FailureReason::RenderFailure
-                    | FailureReason::DecryptionFailure
-                    | FailureReason::ValidationFailure
-            ) =>
+        Observation::Failed {
+            failure: StepFailure { reason, message, .. },
+            commit: Some(commit),
+            ..
+        } if matches!(
+            reason,
+            FailureReason::RenderFailure
+                | FailureReason::DecryptionFailure
+                | FailureReason::ValidationFailure
+        ) =>
         {
             Some((commit.as_str(), *reason, message.as_str()))
         }

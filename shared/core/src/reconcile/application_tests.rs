@@ -212,8 +212,7 @@ fn failed(
     commit: Option<&str>,
 ) -> Observation {
     Observation::Failed {
-        reason,
-        message: message.to_owned(),
+        failure: StepFailure::new(reason, message),
         service_account: service_account.map(str::to_owned),
         commit: commit.map(str::to_owned),
     }
@@ -449,7 +448,7 @@ fn failures_before_a_plan_set_ready_false_once_with_a_redacted_message() {
 
 fn observation_reason(observation: &Observation) -> FailureReason {
     match observation {
-        Observation::Failed { reason, .. } => *reason,
+        Observation::Failed { failure, .. } => failure.reason,
         Observation::Planned(_) => panic!("not a failure"),
     }
 }
@@ -1071,11 +1070,11 @@ enum Reported {
 fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_left() {
     let base = automatic();
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "admission webhook denied the request".into(),
-        resource: Some(key("apps", "Deployment", "api")),
-    };
+        resource: Some(Box::new(key("apps", "Deployment", "api"))),
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     assert_eq!(settled.revision.attempts, 1);
     assert_eq!(settled.revision.completed_at, Some(at(20)));
@@ -1295,11 +1294,11 @@ fn a_failed_sync_fails_the_revision_with_the_resource_and_a_redacted_message() {
     let (first, decision) = first_sync(&app);
     let mut redactor = Redactor::new();
     redactor.add_secret(CANARY);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: format!("Deployment web/api: admission webhook denied: env DB_PASSWORD={CANARY}"),
-        resource: Some(key("apps", "Deployment", "api")),
-    };
+        resource: Some(Box::new(key("apps", "Deployment", "api"))),
+    });
     let settled = settle(&app, &decision, &first, &outcome, &redactor, &at(20));
     let masked = "Deployment web/api: admission webhook denied: env DB_PASSWORD=***";
     assert_eq!(settled.revision.phase, Some(RevisionPhase::Failed));
@@ -1344,11 +1343,11 @@ fn a_failed_sync_fails_the_revision_with_the_resource_and_a_redacted_message() {
     );
 
     // A failure without a known resource names none.
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::PruneFailure,
         message: "prune failed".into(),
         resource: None,
-    };
+    });
     let settled = settle(&app, &decision, &first, &outcome, &redactor, &at(20));
     let failure = settled.revision.failure.expect("failure");
     assert_eq!(
@@ -1461,11 +1460,11 @@ fn a_failure_resource_takes_the_api_version_of_its_own_group() {
     let planned_state = planned_with(&state, absent, PrunePlan::default(), None);
     let decision = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     for (group, api_version) in [("", "v1"), ("serving.knative.dev", "serving.knative.dev/v1")] {
-        let outcome = SyncOutcome::Failed {
+        let outcome = SyncOutcome::Failed(StepFailure {
             reason: FailureReason::ApplyFailure,
             message: "refused".into(),
-            resource: Some(key(group, "Service", "web")),
-        };
+            resource: Some(Box::new(key(group, "Service", "web"))),
+        });
         let settled = settle(&app, &decision, &planned_state, &outcome, &Redactor::new(), &at(20));
         let resource = settled.revision.failure.and_then(|f| f.resource).expect("a resource");
         assert_eq!(resource.api_version, api_version, "{group}");
@@ -1498,11 +1497,11 @@ fn every_event_message_is_bounded() {
 fn a_spec_change_after_the_failure_allows_a_retry_even_after_a_failure_before_the_plan() {
     let base = automatic();
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::Forbidden,
         message: "deployer may not patch deployments".into(),
-        resource: Some(key("apps", "Deployment", "api")),
-    };
+        resource: Some(Box::new(key("apps", "Deployment", "api"))),
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     // The user fixes the spec (generation 2); the next reconcile hits a transient source failure.
     let mut app = automatic();
@@ -1548,11 +1547,11 @@ fn diagnosis_is_cleared_when_a_reconcile_fails_before_health_is_observed() {
     // An apply failure.
     let app = with_diagnosis();
     let (first, decision) = first_sync(&app);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "refused".into(),
         resource: None,
-    };
+    });
     let settled = settle(&app, &decision, &first, &outcome, &Redactor::new(), &at(20));
     assert_eq!(settled.status.diagnosis, vec![], "ApplyFailure");
 }
@@ -2338,11 +2337,11 @@ fn every_ready_the_decision_computes_carries_the_generation_it_was_computed_for(
     ];
     // A failed sync step.
     let (first, d) = first_sync(&fresh);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "no".into(),
         resource: None,
-    };
+    });
     let failed_sync = settle(&fresh, &d, &first, &outcome, &Redactor::new(), &at(20));
     cases.push(("a failed sync", failed_sync.status.clone(), ("False", "ApplyFailure")));
     // Retries blocked: the failure was reported for generation 3 too.
@@ -2462,11 +2461,11 @@ fn an_approval_of_the_plan_digest_syncs_and_covers_the_retries() {
     feed(&mut app, &mut planned_state, &d);
 
     // The attempt fails; the approval stays on the Revision.
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "refused".into(),
         resource: None,
-    };
+    });
     let settled = settle(&app, &applying, &planned_state, &outcome, &Redactor::new(), &at(40));
     assert_eq!(settled.revision.approval.as_ref(), Some(&record));
     app.status = Some(settled.status.clone());
@@ -2600,11 +2599,11 @@ fn diagnosis_is_cleared_when_the_rollout_completes_healthy_and_kept_while_it_is_
 fn diagnosis_is_cleared_when_retries_are_blocked_after_an_apply_failure() {
     let base = automatic();
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "refused".into(),
         resource: None,
-    };
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     let mut app = automatic();
     let mut status = settled.status.clone();
@@ -2706,11 +2705,11 @@ fn diagnosis_is_cleared_when_a_finished_rollout_recovers() {
 fn a_failure_before_the_plan_does_not_reset_the_backoff_or_the_attempts() {
     let base = automatic(); // maxAttempts 1
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "admission webhook denied the request".into(),
         resource: None,
-    };
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     let mut app = automatic();
     app.status = Some(settled.status.clone());
@@ -2754,11 +2753,11 @@ fn retry_blocked_and_approval_stale_messages_have_single_spaces() {
     // RetryBlocked.
     let base = automatic();
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "refused".into(),
         resource: None,
-    };
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     let mut app = automatic();
     app.status = Some(settled.status.clone());
@@ -3327,9 +3326,9 @@ fn a_repository_whose_source_fails_fails_the_applications_that_follow_it() {
     ];
     for (conditions, expected) in rows {
         let found = failing_source("team/apps", &conditions);
-        assert_eq!(found.as_ref().map(|(r, _)| *r), expected, "{conditions:?}");
-        if let Some((_, message)) = found {
-            assert_eq!(message, "Repository team/apps: revision main not found");
+        assert_eq!(found.as_ref().map(|f| f.reason), expected, "{conditions:?}");
+        if let Some(failure) = found {
+            assert_eq!(failure.message, "Repository team/apps: revision main not found");
         }
     }
 }
