@@ -52,10 +52,10 @@ use kuvryn_sync_api::{
 use kuvryn_sync_apply::engine::{Engine, EngineError, Shared};
 use kuvryn_sync_apply::runner::{Outcome, Rollout, Runner};
 use kuvryn_sync_core::application::{
-    Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
-    cancel_superseded, decide, failing_source, learn_secret_values, previous_healthy,
-    revision_name, run_for, settle, unplanned_failure, unplanned_revision_name,
-    wait_for_dependencies, with_course, with_dependencies, with_unplanned_revision,
+    Decision, Inputs, Observation, Observed, Planned, RevisionUpdate, Step, SyncOutcome,
+    cancel_superseded, decide, failing_source, held_back, invalid_health_checks,
+    learn_secret_values, previous_healthy, revision_name, run_for, settle, unplanned_failure,
+    unplanned_revision_name,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
@@ -416,41 +416,20 @@ async fn sync_application(
     namespace: &str,
     ctx: &ApplicationContext,
 ) -> Result<Action, ReconcileError> {
-    if app.spec.suspend {
-        tracing::info!(application = %app.name_any(), %namespace,
-            "suspended: nothing is applied, pruned or repaired");
-        write_suspended(&app, namespace, ctx).await?;
-        return Ok(Action::requeue(ctx.resync));
-    }
     let mut redactor = Redactor::new();
-    let identity = (&ctx.clients, service_account_of(&app, ctx));
-    let sinks =
-        notify::sinks_condition(&app, namespace, &ctx.client, identity, &mut redactor).await;
-    let checked = check_dependencies(&app, namespace, ctx).await?;
-    let dependencies = checked.as_ref().map(|(verdict, _)| verdict.clone());
-    if let Some((verdict, causes)) = checked.filter(|(v, _)| !v.is_ready())
-        && let Some(condition) = dependencies::condition(&app, &verdict)
-    {
-        let decision = wait_for_dependencies(&app, condition, causes, &now());
-        let decision = notify::with_notifications(decision, &app, sinks, &now());
-        write(&app, namespace, &decision, None, &redactor, ctx).await?;
-        return Ok(Action::requeue(decision.requeue_after.unwrap_or(ctx.resync)));
-    }
-    let mut seen = (Course::Follow { end_hold: None }, None, Vec::new());
-    let observation = match observe(&app, namespace, ctx, &mut redactor, &mut seen).await? {
-        Ok(observation) | Err(observation) => observation,
-    };
-    let decision = decide_reconcile(&app, &observation, seen, dependencies, sinks, &redactor);
-    let (mut decision, unplanned) =
-        with_records(&app, namespace, &observation, decision, &redactor, ctx).await?;
-    let previous = match &observation {
-        Observation::Planned(planned) => planned.revision.as_ref(),
-        Observation::Failed { .. } => unplanned.as_ref(),
+    let observed = observe(&app, namespace, ctx, &mut redactor).await?;
+    let now = now();
+    let inputs = Inputs { app: &app, observed: &observed, redactor: &redactor, now: &now };
+    let mut decision = decide(&inputs);
+    let previous = match &observed.observation {
+        Some(Observation::Planned(planned)) => planned.revision.as_ref(),
+        _ => observed.unplanned.as_ref(),
     };
     write_with_history(&app, namespace, &mut decision, previous, &redactor, ctx).await?;
-    let stepped = match (&decision.step, &observation) {
-        (Step::Sync { .. }, Observation::Planned(planned)) => {
-            sync_step(&app, namespace, &decision, planned, &redactor, ctx).await?
+    let stepped = match (&decision.step, &observed.observation) {
+        (Step::Sync { .. }, Some(Observation::Planned(planned))) => {
+            let invalid = &observed.invalid_rules;
+            sync_step(&app, namespace, &decision, (planned, invalid), &redactor, ctx).await?
         }
         _ => None,
     };
@@ -462,49 +441,36 @@ async fn sync_application(
     Ok(Action::requeue(next))
 }
 
-/// What `decision` records besides the rollout: `InvalidHealthCheck` for an Application already
-/// synced, and the Revision recording a failure of the commit itself (returned with the one
-/// found, if any).
-async fn with_records(
+/// Everything [`decide`] reads: nothing beyond the spec for a suspended Application; the sinks
+/// and the dependencies; then, unless the dependencies hold it back, the source, render and
+/// plan ([`observe_commit`]) with the records around them.
+async fn observe(
     app: &Application,
     namespace: &str,
-    observation: &Observation,
-    mut decision: Decision,
-    redactor: &Redactor,
     ctx: &ApplicationContext,
-) -> Result<(Decision, Option<Revision>), ReconcileError> {
-    if let (Step::Report, Observation::Planned(planned)) = (&decision.step, observation) {
-        let rules = ctx.health_rules.current();
-        decision.events.extend(newly_invalid_health_checks(app, &rules, planned));
+    redactor: &mut Redactor,
+) -> Result<Observed, ReconcileError> {
+    let mut observed = Observed::default();
+    if app.spec.suspend {
+        tracing::info!(application = %app.name_any(), %namespace,
+            "suspended: nothing is applied, pruned or repaired");
+        return Ok(observed);
     }
-    let unplanned = unplanned_revision(app, namespace, observation, ctx).await?;
-    let found = unplanned.as_ref();
-    let decision = with_unplanned_revision(decision, app, observation, found, redactor, &now());
-    Ok((decision, unplanned))
-}
-
-/// Everything one reconcile decides from what it observed: the rollout (or a rollback run that
-/// could not be planned, abandoned), then what the rollback course, the dependencies and the
-/// notification sinks add.
-fn decide_reconcile(
-    app: &Application,
-    observation: &Observation,
-    (course, run, revisions): Seen,
-    dependencies: Option<dependencies::Verdict>,
-    sinks: Option<kuvryn_sync_core::conditions::NewCondition<'static>>,
-    redactor: &Redactor,
-) -> Decision {
-    let unplanned = match (observation, &run) {
-        (Observation::Failed { reason, message, .. }, Some(run)) => {
-            abandon_unplanned(app, run, *reason, message, redactor, &now())
-        }
-        _ => None,
+    let identity = (&ctx.clients, service_account_of(app, ctx));
+    observed.sinks = notify::sinks_condition(app, namespace, &ctx.client, identity, redactor).await;
+    observed.dependencies = check_dependencies(app, namespace, ctx).await?;
+    if held_back(app, observed.dependencies.as_ref()).is_some() {
+        return Ok(observed);
+    }
+    let observation = match observe_commit(app, namespace, ctx, redactor, &mut observed).await? {
+        Ok(observation) | Err(observation) => observation,
     };
-    let decided = unplanned.unwrap_or_else(|| decide(app, observation, redactor, &now()));
-    let decision = with_course(decided, app, &course, &revisions);
-    let condition = dependencies.as_ref().and_then(|v| dependencies::condition(app, v));
-    let decision = with_dependencies(decision, app, condition, &now());
-    notify::with_notifications(decision, app, sinks, &now())
+    observed.unplanned = unplanned_revision(app, namespace, &observation, ctx).await?;
+    if let Observation::Planned(planned) = &observation {
+        observed.invalid_rules = invalid_rules(&ctx.health_rules.current(), planned);
+    }
+    observed.observation = Some(observation);
+    Ok(observed)
 }
 
 /// The sync step. While the attempt goes on, nothing more is written (the Application stays
@@ -514,7 +480,7 @@ async fn sync_step(
     app: &Application,
     namespace: &str,
     decision: &Decision,
-    planned: &Planned,
+    (planned, invalid): (&Planned, &[InvalidRule]),
     redactor: &Redactor,
     ctx: &ApplicationContext,
 ) -> Result<Option<Duration>, ReconcileError> {
@@ -530,7 +496,7 @@ async fn sync_step(
         fault.reached(crate::fault::AFTER_APPLY);
     }
     let mut settled = settle(app, decision, planned, &outcome, redactor, &now());
-    settled.events.extend(invalid_health_checks(&ctx.health_rules.current(), planned));
+    settled.events.extend(invalid_health_checks(invalid));
     if let SyncOutcome::Failed { reason: FailureReason::HookFailed, resource: Some(hook), .. } =
         &outcome
     {
@@ -621,7 +587,7 @@ async fn write_with_history(
     let written = write(app, namespace, decision, previous, redactor, ctx).await?;
     match history {
         Some((name, others)) => trim_history(app, namespace, &name, others, written, ctx).await,
-        None if !changes_holds(app, decision) => {
+        None if !changes_holds(app, decision) && !app.spec.suspend => {
             let own = stored_revisions(app, namespace, ctx).await;
             delete_revisions(app, namespace, history::decide(app, &own), ctx).await
         }
@@ -714,17 +680,14 @@ fn failed(
     }
 }
 
-/// What [`observe`] learnt of the rollback course on the way, also when it stopped early: the
-/// course, its run, and the Revisions it was decided from.
-type Seen = (Course, Option<kuvryn_sync_core::application::Run>, Vec<Revision>);
-
-/// Steps 1–4.
-async fn observe(
+/// The commit's part of [`observe`]: identity, source, the rollback course (recorded in
+/// `observed`, also when a later step fails), render and plan.
+async fn observe_commit(
     app: &Application,
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-    seen: &mut Seen,
+    observed: &mut Observed,
 ) -> StepResult<Observation> {
     let service_account = match resolve_identity(app, namespace, ctx).await? {
         Ok(name) => name,
@@ -739,7 +702,7 @@ async fn observe(
         Ok(found) => found,
         Err((reason, message)) => return Ok(Err(failed(reason, message, sa, None))),
     };
-    let commit = follow_course(app, namespace, &resolved, ctx, seen).await?;
+    let commit = follow_course(app, namespace, &resolved, ctx, observed).await?;
     let tree = match checkout(ctx, request, &commit).await? {
         Ok(tree) => tree,
         Err((reason, message)) => return Ok(Err(failed(reason, message, sa, Some(&commit)))),
@@ -760,7 +723,8 @@ async fn observe(
         Ok(parts) => parts,
         Err(err) => return Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
     };
-    let fallback = fallback_of(app, namespace, parts.existing.as_ref(), &seen.0, ctx).await?;
+    let fallback =
+        fallback_of(app, namespace, parts.existing.as_ref(), &observed.course, ctx).await?;
     Ok(Ok(Observation::Planned(Box::new(Planned {
         service_account,
         commit,
@@ -772,7 +736,7 @@ async fn observe(
         health: parts.health,
         chart_digest,
         diagnosis: parts.diagnosis,
-        rollback: seen.1.clone(),
+        rollback: observed.run.clone(),
         fallback,
         live_kinds: Some(parts.live_kinds),
     }))))
@@ -787,7 +751,7 @@ async fn follow_course(
     namespace: &str,
     resolved: &str,
     ctx: &ApplicationContext,
-    seen: &mut Seen,
+    observed: &mut Observed,
 ) -> Result<String, ReconcileError> {
     // Read from the API while a rollback is annotated (the store may lag its own writes), else
     // from the watched store, for a commit a completed rollback marked.
@@ -802,8 +766,9 @@ async fn follow_course(
         Course::Hold { deployed, .. } => deployed.clone(),
         _ => resolved.to_owned(),
     };
-    let run = run_for(app, &course, &revisions);
-    *seen = (course, run, revisions);
+    observed.run = run_for(app, &course, &revisions);
+    observed.course = course;
+    observed.revisions = revisions;
     Ok(commit)
 }
 
@@ -1154,37 +1119,6 @@ async fn read_unlisted(
     }
 }
 
-/// One `InvalidHealthCheck` Warning per HealthCheck rule that is invalid for a kind this sync
-/// applied (once per attempt: the sync step runs once per attempt).
-fn invalid_health_checks(
-    rules: &RuleSet,
-    planned: &Planned,
-) -> Vec<(kuvryn_sync_api::EventReason, String)> {
-    invalid_rules(rules, planned).iter().map(invalid_health_check_event).collect()
-}
-
-/// For a reconcile that does not sync (the Application already runs its commit): one
-/// `InvalidHealthCheck` Warning per invalid rule for a managed kind that the Ready condition does
-/// not name yet. The condition names the HealthCheck once the object is held Progressing, so a
-/// HealthCheck that turns invalid under a synced Application is reported once, not on every
-/// reconcile.
-fn newly_invalid_health_checks(
-    app: &Application,
-    rules: &RuleSet,
-    planned: &Planned,
-) -> Vec<(kuvryn_sync_api::EventReason, String)> {
-    let ready = app.status.as_ref().and_then(|s| {
-        kuvryn_sync_core::conditions::get(&s.conditions, kuvryn_sync_api::ConditionType::Ready)
-    });
-    let named =
-        |invalid: &InvalidRule| ready.is_some_and(|c| c.message.contains(&invalid.health_check));
-    invalid_rules(rules, planned)
-        .iter()
-        .filter(|invalid| !named(invalid))
-        .map(invalid_health_check_event)
-        .collect()
-}
-
 /// The invalid HealthCheck rules for the kinds `planned` declares.
 fn invalid_rules(rules: &RuleSet, planned: &Planned) -> Vec<InvalidRule> {
     let kinds = planned
@@ -1193,15 +1127,6 @@ fn invalid_rules(rules: &RuleSet, planned: &Planned) -> Vec<InvalidRule> {
         .iter()
         .map(|o| (o.key.group_kind.group.as_str(), o.key.group_kind.kind.as_str()));
     health::invalid_rules_for(rules, kinds)
-}
-
-fn invalid_health_check_event(invalid: &InvalidRule) -> (kuvryn_sync_api::EventReason, String) {
-    let message = format!(
-        "HealthCheck {} {}; objects of its kind are Progressing (HealthCheckFailed) until it is \
-         fixed",
-        invalid.health_check, invalid.denial
-    );
-    (kuvryn_sync_api::EventReason::InvalidHealthCheck, message)
 }
 
 /// The health of each desired object from its live state, by its HealthCheck rules or the
@@ -1530,20 +1455,6 @@ async fn write_status(
     let apply = PatchParams::apply(CONTROLLER_NAME).force();
     applications.patch_status(&app.name_any(), &apply, &Patch::Apply(&body)).await?;
     Ok(())
-}
-
-/// While suspended, status is frozen: only `observedGeneration` moves.
-async fn write_suspended(
-    app: &Application,
-    namespace: &str,
-    ctx: &ApplicationContext,
-) -> Result<(), kube::Error> {
-    let mut status = app.status.clone().unwrap_or_default();
-    if status.observed_generation == app.metadata.generation {
-        return Ok(());
-    }
-    status.observed_generation = app.metadata.generation;
-    write_status(app, namespace, &status, ctx).await
 }
 
 #[cfg(test)]
