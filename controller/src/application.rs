@@ -47,13 +47,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kuvryn_sync_api::{
     Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthCheck,
     HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
-    keys,
+    SyncState, keys,
 };
 use kuvryn_sync_apply::engine::{Engine, Shared};
 use kuvryn_sync_apply::runner::{Outcome, Rollout, Runner};
 use kuvryn_sync_core::application::{
     Decision, Inputs, Observation, Observed, Planned, RevisionUpdate, Step, SyncOutcome,
-    cancel_superseded, decide, failing_source, held_back, invalid_health_checks,
+    announce_prune, cancel_superseded, decide, failing_source, held_back, invalid_health_checks,
     learn_secret_values, previous_healthy, revision_name, run_for, settle, unplanned_failure,
     unplanned_revision_name,
 };
@@ -487,6 +487,10 @@ async fn sync_step(
             tracing::debug!(application = %app.name_any(), %namespace, ?after,
                 "rollout step taken; looking again");
             return Ok(Some(after));
+        }
+        Stepped::Prune => {
+            write_status(app, namespace, &announce_prune(app, decision, &now()), ctx).await?;
+            return Ok(Some(kuvryn_sync_core::advance::AFTER_APPLY));
         }
         Stepped::Finished(outcome) => outcome,
     };
@@ -1130,6 +1134,8 @@ fn health_of(
 /// this long), or the attempt's apply finished or failed.
 enum Stepped {
     Continue(Duration),
+    /// Every group is applied and something is to be pruned: announce it, then prune.
+    Prune,
     Finished(SyncOutcome),
 }
 
@@ -1170,6 +1176,7 @@ async fn sync(
         started: &started,
         timeout: rollout::timeout(app),
         crd_timeout: ctx.crd_timeout,
+        pruning: app.status.as_ref().is_some_and(|s| s.sync.state == SyncState::Pruning),
     };
     let health = |key: &ObjectKey| {
         planned.health.iter().find(|h| &h.key == key).map(|h| (h.state, h.message.clone()))
@@ -1179,6 +1186,7 @@ async fn sync(
     match runner.step(&rollout).await {
         Outcome::Requeue(after) => Stepped::Continue(after),
         Outcome::Failed(failure) => Stepped::Finished(SyncOutcome::Failed(failure)),
+        Outcome::Prune => Stepped::Prune,
         Outcome::Done => Stepped::Finished(SyncOutcome::Done { live_kinds: live_kinds(planned) }),
     }
 }

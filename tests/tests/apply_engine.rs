@@ -422,6 +422,7 @@ async fn the_runner_takes_one_step_per_call_with_the_clock_and_health_it_is_give
                 started,
                 timeout: Duration::from_secs(60),
                 crd_timeout: Duration::from_secs(30),
+                pruning: false,
             };
             runner.step(&rollout).await
         }

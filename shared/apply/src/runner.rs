@@ -42,6 +42,9 @@ pub struct Rollout<'a> {
     pub timeout: Duration,
     /// How long a CustomResourceDefinition may take to become Established.
     pub crd_timeout: Duration,
+    /// Every group is applied and the prune was announced (the Application's sync state is
+    /// `Pruning`): this step prunes.
+    pub pruning: bool,
 }
 
 /// How one step went.
@@ -51,6 +54,9 @@ pub enum Outcome {
     Requeue(Duration),
     /// Every group is applied and the prune ran; the last group's health is observed after.
     Done,
+    /// Every group is applied and there is something to prune: announce it (sync state
+    /// `Pruning`), then step again with [`Rollout::pruning`] set.
+    Prune,
     /// The attempt failed.
     Failed(StepFailure),
 }
@@ -78,6 +84,9 @@ impl std::fmt::Debug for Runner<'_> {
 impl Runner<'_> {
     /// Decide the next step of `rollout` and perform it.
     pub async fn step(&self, rollout: &Rollout<'_>) -> Outcome {
+        if rollout.pruning {
+            return self.prune(rollout).await;
+        }
         let groups = self.observe(rollout).await;
         let attempt = Attempt {
             started: rollout.started.clone(),
@@ -90,15 +99,11 @@ impl Runner<'_> {
                 if let Err(err) = self.apply(rollout, &objects).await {
                     return failure(err.reason(), err);
                 }
-                if finishes {
-                    self.prune(rollout).await
-                } else {
-                    Outcome::Requeue(advance::AFTER_APPLY)
-                }
+                if finishes { applied(rollout) } else { Outcome::Requeue(advance::AFTER_APPLY) }
             }
             Next::Wait { after, .. } => Outcome::Requeue(after),
             Next::Fail(failure) => Outcome::Failed(failure),
-            Next::Done => self.prune(rollout).await,
+            Next::Done => applied(rollout),
         }
     }
 
@@ -174,6 +179,11 @@ impl Runner<'_> {
             Err(err) => failure(FailureReason::PruneFailure, err),
         }
     }
+}
+
+/// Every group is applied: done, or the prune comes next.
+fn applied(rollout: &Rollout<'_>) -> Outcome {
+    if rollout.prune.is_empty() { Outcome::Done } else { Outcome::Prune }
 }
 
 /// `err` as a failed step with `reason`, on the object it names.

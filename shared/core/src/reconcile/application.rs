@@ -1457,7 +1457,7 @@ fn with_course(
 /// group is applied, and no conflict has appeared that `conflictPolicy: fail` refuses (that is a
 /// new attempt's `ConflictFailure`, as before the first group).
 fn under_way(app: &Application, current: &ApplicationStatus, planned: &Planned) -> bool {
-    current.sync.state == SyncState::Applying
+    matches!(current.sync.state, SyncState::Applying | SyncState::Pruning)
         && (planned.plan.conflicts.is_empty()
             || app.spec.sync.conflict_policy == ConflictPolicy::Adopt)
 }
@@ -1480,6 +1480,15 @@ fn continue_attempt(
     let mut decision = finish(current, status, revision.filter(|_| changed), Vec::new(), step);
     decision.requeue_after = Some(rollout::OBSERVE_EVERY);
     decision
+}
+
+/// The Application status that announces the prune of an attempt whose groups are all applied:
+/// sync state `Pruning` (from the status `decision` writes, or the stored one). The next step
+/// prunes; the attempt stays under way until it settles.
+pub fn announce_prune(app: &Application, decision: &Decision, now: &Time) -> ApplicationStatus {
+    let mut status = decision.status.clone().or_else(|| app.status.clone()).unwrap_or_default();
+    set_sync(&mut status, SyncState::Pruning, now);
+    status
 }
 
 /// `status.hooks` during the sync step: each hook that exists, by its health; a hook the plan
