@@ -46,8 +46,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kuvryn_sync_api::{
     Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthCheck,
-    HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
-    SyncState, keys,
+    NotificationSink, Repository, Revision, RevisionPhase, RevisionStatus, SyncState, keys,
 };
 use kuvryn_sync_apply::engine::{Engine, Shared};
 use kuvryn_sync_apply::runner::{Outcome, Rollout, Runner};
@@ -60,7 +59,7 @@ use kuvryn_sync_core::application::{
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
 };
-use kuvryn_sync_core::health_rules::{InvalidRule, RuleSet};
+use kuvryn_sync_core::health_rules::InvalidRule;
 use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
@@ -465,7 +464,7 @@ async fn observe(
     let observation = observe_commit(app, namespace, ctx, redactor, &mut observed).await?;
     observed.unplanned = unplanned_revision(app, namespace, &observation, ctx).await?;
     if let Observation::Planned(planned) = &observation {
-        observed.invalid_rules = invalid_rules(&ctx.health_rules.current(), planned);
+        observed.invalid_rules = planned.invalid_rules(&ctx.health_rules.current());
     }
     observed.observation = Some(observation);
     Ok(observed)
@@ -1025,7 +1024,7 @@ async fn plan_desired_state(
     let plan = plan(&desired.hash, &observations, &prune);
     let existing = planned_revision(namespace, &revision, ctx).await?;
     let rules = ctx.health_rules.current();
-    let health = health_of(&rules, &desired.objects, &live, &now());
+    let health = health::desired_health(&rules, &desired.objects, &live, &now());
     let diagnosis =
         diagnose::diagnose(client, &ctx.kinds, &desired.objects, &live, &health, redactor).await;
     let mut live_kinds: BTreeSet<GroupKind> =
@@ -1095,41 +1094,6 @@ async fn read_unlisted(
     }
 }
 
-/// The invalid HealthCheck rules for the kinds `planned` declares.
-fn invalid_rules(rules: &RuleSet, planned: &Planned) -> Vec<InvalidRule> {
-    let kinds = planned
-        .desired
-        .objects
-        .iter()
-        .map(|o| (o.key.group_kind.group.as_str(), o.key.group_kind.kind.as_str()));
-    health::invalid_rules_for(rules, kinds)
-}
-
-/// The health of each desired object from its live state, by its HealthCheck rules or the
-/// Kubernetes status conventions; an object not created yet is Progressing.
-fn health_of(
-    rules: &RuleSet,
-    objects: &[DesiredObject],
-    live: &std::collections::BTreeMap<ObjectKey, serde_json::Value>,
-    now: &Time,
-) -> Vec<ObjectHealth> {
-    objects
-        .iter()
-        .map(|object| {
-            let (state, message) = match live.get(&object.key) {
-                Some(live) => health::object_health(rules, object.stage, live, now),
-                None => (HealthState::Progressing, "not created yet".to_owned()),
-            };
-            ObjectHealth {
-                key: object.key.clone(),
-                api_version: object.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
-                state,
-                message,
-            }
-        })
-        .collect()
-}
-
 /// What the sync step did: one step of the apply that leaves the attempt going (look again after
 /// this long), or the attempt's apply finished or failed.
 enum Stepped {
@@ -1166,7 +1130,7 @@ async fn sync(
     let name = revision.map(|r| r.name_any()).unwrap_or_default();
     let status = revision.and_then(|r| r.status.clone()).unwrap_or_default();
     let started = status.started_at.clone().unwrap_or_else(now);
-    let changed = changed_keys(&planned.plan);
+    let changed = planned.plan.changed_keys();
     let rollout = Rollout {
         objects: &planned.desired.objects,
         changed: &changed,
@@ -1187,18 +1151,10 @@ async fn sync(
         Outcome::Requeue(after) => Stepped::Continue(after),
         Outcome::Failed(failure) => Stepped::Finished(SyncOutcome::Failed(failure)),
         Outcome::Prune => Stepped::Prune,
-        Outcome::Done => Stepped::Finished(SyncOutcome::Done { live_kinds: live_kinds(planned) }),
+        Outcome::Done => {
+            Stepped::Finished(SyncOutcome::Done { live_kinds: planned.kinds_after_sync() })
+        }
     }
-}
-
-/// The kinds of live objects a completed sync leaves carrying the Application's labels: the
-/// desired ones, those prune kept, and those it could not list.
-fn live_kinds(planned: &Planned) -> Vec<GroupKind> {
-    let mut live_kinds: BTreeSet<GroupKind> =
-        planned.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
-    live_kinds.extend(planned.prune.keep.iter().map(|(o, _)| o.key.group_kind.clone()));
-    live_kinds.extend(planned.unlisted.iter().cloned());
-    live_kinds.into_iter().collect()
 }
 
 /// The diagnosis of a hook that failed the sync step: the step stops before the rollout's
@@ -1221,30 +1177,11 @@ async fn diagnose_failed_hook(
     let Ok(Some(live)) = engine_for(app, &client, &acting, ctx).live(object).await else {
         return Vec::new();
     };
-    let rules = ctx.health_rules.current();
-    let (state, message) = health::object_health(&rules, object.stage, &live, &now());
-    let health = [ObjectHealth {
-        key: hook.clone(),
-        api_version: object.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
-        state,
-        message,
-    }];
     let live = std::collections::BTreeMap::from([(hook.clone(), live)]);
+    let rules = ctx.health_rules.current();
+    let health = health::desired_health(&rules, std::slice::from_ref(object), &live, &now());
     diagnose::diagnose(&client, &ctx.kinds, &planned.desired.objects, &live, &health, redactor)
         .await
-}
-
-/// The objects the plan creates or updates.
-fn changed_keys(plan: &Plan) -> BTreeSet<ObjectKey> {
-    plan.changes
-        .iter()
-        .filter(|c| matches!(c.action, PlanAction::Create | PlanAction::Update))
-        .map(|c| ObjectKey {
-            group_kind: GroupKind::new(group_of(&c.resource.api_version), &c.resource.kind),
-            namespace: (!c.resource.namespace.is_empty()).then(|| c.resource.namespace.clone()),
-            name: c.resource.name.clone(),
-        })
-        .collect()
 }
 
 /// Step 6, the one place that writes: the Revision (spec by server-side apply, then its

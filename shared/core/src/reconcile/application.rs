@@ -118,6 +118,28 @@ pub struct Planned {
     pub live_kinds: Option<std::collections::BTreeSet<GroupKind>>,
 }
 
+impl Planned {
+    /// The invalid HealthCheck rules for the kinds this desired state declares.
+    pub fn invalid_rules(&self, rules: &crate::health_rules::RuleSet) -> Vec<InvalidRule> {
+        let kinds = self
+            .desired
+            .objects
+            .iter()
+            .map(|o| (o.key.group_kind.group.as_str(), o.key.group_kind.kind.as_str()));
+        crate::health::invalid_rules_for(rules, kinds)
+    }
+
+    /// The kinds of live objects a completed sync leaves carrying the Application's labels: the
+    /// desired ones, those prune kept, and those it could not list.
+    pub fn kinds_after_sync(&self) -> Vec<GroupKind> {
+        let mut kinds: std::collections::BTreeSet<GroupKind> =
+            self.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
+        kinds.extend(self.prune.keep.iter().map(|(o, _)| o.key.group_kind.clone()));
+        kinds.extend(self.unlisted.iter().cloned());
+        kinds.into_iter().collect()
+    }
+}
+
 /// A rollback being run, or a hold being kept, as the decision needs it.
 #[derive(Clone, Debug, Default)]
 pub struct Run {
