@@ -36,6 +36,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -43,24 +44,22 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{
     Application, ApplicationStatus, CONTROLLER_NAME, FailureAction, FailureReason, HealthCheck,
-    HealthState, NotificationSink, PlanAction, Repository, Revision, RevisionPhase, RevisionStatus,
-    keys,
+    NotificationSink, Repository, Revision, RevisionPhase, RevisionStatus, SyncState, keys,
 };
-use kuvryn_sync_apply::engine::{Engine, EngineError, Shared};
+use kuvryn_sync_apply::engine::{Engine, Shared};
 use kuvryn_sync_apply::runner::{Outcome, Rollout, Runner};
 use kuvryn_sync_core::application::{
-    Decision, Observation, Planned, RevisionUpdate, Step, SyncOutcome, abandon_unplanned,
-    cancel_superseded, decide, failing_source, learn_secret_values, previous_healthy,
-    revision_name, run_for, settle, unplanned_failure, unplanned_revision_name,
-    wait_for_dependencies, with_course, with_dependencies, with_unplanned_revision,
+    Decision, Inputs, Observation, Observed, Planned, RevisionUpdate, Step, SyncOutcome,
+    announce_prune, cancel_superseded, decide, failing_source, held_back, invalid_health_checks,
+    learn_secret_values, previous_healthy, revision_name, run_for, settle, unplanned_failure,
+    unplanned_revision_name,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
 };
-use kuvryn_sync_core::health_rules::{InvalidRule, RuleSet};
+use kuvryn_sync_core::health_rules::InvalidRule;
 use kuvryn_sync_core::plan::{Plan, plan};
 use kuvryn_sync_core::prune::{PrunePlan, plan_prune};
 use kuvryn_sync_core::redact::Redactor;
@@ -71,15 +70,15 @@ use kuvryn_sync_runtime::durations::Reconciled;
 use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest};
 
 use crate::context::{ApplicationContext, ReconcileError, publish, service_account_of};
+use crate::context::{StepResult, reported};
+use crate::status::apply_status;
 use crate::{deletion, diagnose, health, notify, render};
 use crate::{references, source, triggers};
+use kuvryn_sync_core::failure::StepFailure;
 
 /// The finalizer that lets the controller act on `spec.deletionPolicy` before an Application
 /// goes.
 pub const APPLICATION_FINALIZER: &str = "sync.kuvryn.io/application-cleanup";
-
-/// The result of an observation step: its value, or the failure that ends observation.
-type StepResult<T> = Result<Result<T, Observation>, ReconcileError>;
 
 /// Run the Application controller until `shutdown` resolves. Triggers: spec and annotation
 /// changes, a Repository's new commit, and changes of managed objects seen by the shared
@@ -419,41 +418,20 @@ async fn sync_application(
     namespace: &str,
     ctx: &ApplicationContext,
 ) -> Result<Action, ReconcileError> {
-    if app.spec.suspend {
-        tracing::info!(application = %app.name_any(), %namespace,
-            "suspended: nothing is applied, pruned or repaired");
-        write_suspended(&app, namespace, ctx).await?;
-        return Ok(Action::requeue(ctx.resync));
-    }
     let mut redactor = Redactor::new();
-    let identity = (&ctx.clients, service_account_of(&app, ctx));
-    let sinks =
-        notify::sinks_condition(&app, namespace, &ctx.client, identity, &mut redactor).await;
-    let checked = check_dependencies(&app, namespace, ctx).await?;
-    let dependencies = checked.as_ref().map(|(verdict, _)| verdict.clone());
-    if let Some((verdict, causes)) = checked.filter(|(v, _)| !v.is_ready())
-        && let Some(condition) = dependencies::condition(&app, &verdict)
-    {
-        let decision = wait_for_dependencies(&app, condition, causes, &now());
-        let decision = notify::with_notifications(decision, &app, sinks, &now());
-        write(&app, namespace, &decision, None, &redactor, ctx).await?;
-        return Ok(Action::requeue(decision.requeue_after.unwrap_or(ctx.resync)));
-    }
-    let mut seen = (Course::Follow { end_hold: None }, None, Vec::new());
-    let observation = match observe(&app, namespace, ctx, &mut redactor, &mut seen).await? {
-        Ok(observation) | Err(observation) => observation,
-    };
-    let decision = decide_reconcile(&app, &observation, seen, dependencies, sinks, &redactor);
-    let (mut decision, unplanned) =
-        with_records(&app, namespace, &observation, decision, &redactor, ctx).await?;
-    let previous = match &observation {
-        Observation::Planned(planned) => planned.revision.as_ref(),
-        Observation::Failed { .. } => unplanned.as_ref(),
+    let observed = observe(&app, namespace, ctx, &mut redactor).await?;
+    let now = now();
+    let inputs = Inputs { app: &app, observed: &observed, redactor: &redactor, now: &now };
+    let mut decision = decide(&inputs);
+    let previous = match &observed.observation {
+        Some(Observation::Planned(planned)) => planned.revision.as_ref(),
+        _ => observed.unplanned.as_ref(),
     };
     write_with_history(&app, namespace, &mut decision, previous, &redactor, ctx).await?;
-    let stepped = match (&decision.step, &observation) {
-        (Step::Sync { .. }, Observation::Planned(planned)) => {
-            sync_step(&app, namespace, &decision, planned, &redactor, ctx).await?
+    let stepped = match (&decision.step, &observed.observation) {
+        (Step::Sync { .. }, Some(Observation::Planned(planned))) => {
+            let invalid = &observed.invalid_rules;
+            sync_step(&app, namespace, &decision, (planned, invalid), &redactor, ctx).await?
         }
         _ => None,
     };
@@ -465,49 +443,34 @@ async fn sync_application(
     Ok(Action::requeue(next))
 }
 
-/// What `decision` records besides the rollout: `InvalidHealthCheck` for an Application already
-/// synced, and the Revision recording a failure of the commit itself (returned with the one
-/// found, if any).
-async fn with_records(
+/// Everything [`decide`] reads: nothing beyond the spec for a suspended Application; the sinks
+/// and the dependencies; then, unless the dependencies hold it back, the source, render and
+/// plan ([`observe_commit`]) with the records around them.
+async fn observe(
     app: &Application,
     namespace: &str,
-    observation: &Observation,
-    mut decision: Decision,
-    redactor: &Redactor,
     ctx: &ApplicationContext,
-) -> Result<(Decision, Option<Revision>), ReconcileError> {
-    if let (Step::Report, Observation::Planned(planned)) = (&decision.step, observation) {
-        let rules = ctx.health_rules.current();
-        decision.events.extend(newly_invalid_health_checks(app, &rules, planned));
+    redactor: &mut Redactor,
+) -> Result<Observed, ReconcileError> {
+    let mut observed = Observed::default();
+    if app.spec.suspend {
+        tracing::info!(application = %app.name_any(), %namespace,
+            "suspended: nothing is applied, pruned or repaired");
+        return Ok(observed);
     }
-    let unplanned = unplanned_revision(app, namespace, observation, ctx).await?;
-    let found = unplanned.as_ref();
-    let decision = with_unplanned_revision(decision, app, observation, found, redactor, &now());
-    Ok((decision, unplanned))
-}
-
-/// Everything one reconcile decides from what it observed: the rollout (or a rollback run that
-/// could not be planned, abandoned), then what the rollback course, the dependencies and the
-/// notification sinks add.
-fn decide_reconcile(
-    app: &Application,
-    observation: &Observation,
-    (course, run, revisions): Seen,
-    dependencies: Option<dependencies::Verdict>,
-    sinks: Option<kuvryn_sync_core::conditions::NewCondition<'static>>,
-    redactor: &Redactor,
-) -> Decision {
-    let unplanned = match (observation, &run) {
-        (Observation::Failed { reason, message, .. }, Some(run)) => {
-            abandon_unplanned(app, run, *reason, message, redactor, &now())
-        }
-        _ => None,
-    };
-    let decided = unplanned.unwrap_or_else(|| decide(app, observation, redactor, &now()));
-    let decision = with_course(decided, app, &course, &revisions);
-    let condition = dependencies.as_ref().and_then(|v| dependencies::condition(app, v));
-    let decision = with_dependencies(decision, app, condition, &now());
-    notify::with_notifications(decision, app, sinks, &now())
+    let identity = (&ctx.clients, service_account_of(app, ctx));
+    observed.sinks = notify::sinks_condition(app, namespace, &ctx.client, identity, redactor).await;
+    observed.dependencies = check_dependencies(app, namespace, ctx).await?;
+    if held_back(app, observed.dependencies.as_ref()).is_some() {
+        return Ok(observed);
+    }
+    let observation = observe_commit(app, namespace, ctx, redactor, &mut observed).await?;
+    observed.unplanned = unplanned_revision(app, namespace, &observation, ctx).await?;
+    if let Observation::Planned(planned) = &observation {
+        observed.invalid_rules = planned.invalid_rules(&ctx.health_rules.current());
+    }
+    observed.observation = Some(observation);
+    Ok(observed)
 }
 
 /// The sync step. While the attempt goes on, nothing more is written (the Application stays
@@ -517,7 +480,7 @@ async fn sync_step(
     app: &Application,
     namespace: &str,
     decision: &Decision,
-    planned: &Planned,
+    (planned, invalid): (&Planned, &[InvalidRule]),
     redactor: &Redactor,
     ctx: &ApplicationContext,
 ) -> Result<Option<Duration>, ReconcileError> {
@@ -527,15 +490,22 @@ async fn sync_step(
                 "rollout step taken; looking again");
             return Ok(Some(after));
         }
+        Stepped::Prune => {
+            write_status(app, namespace, &announce_prune(app, decision, &now()), ctx).await?;
+            return Ok(Some(kuvryn_sync_core::advance::AFTER_APPLY));
+        }
         Stepped::Finished(outcome) => outcome,
     };
     if let Some(fault) = &ctx.fault {
         fault.reached(crate::fault::AFTER_APPLY);
     }
     let mut settled = settle(app, decision, planned, &outcome, redactor, &now());
-    settled.events.extend(invalid_health_checks(&ctx.health_rules.current(), planned));
-    if let SyncOutcome::Failed { reason: FailureReason::HookFailed, resource: Some(hook), .. } =
-        &outcome
+    settled.events.extend(invalid_health_checks(invalid));
+    if let SyncOutcome::Failed(StepFailure {
+        reason: FailureReason::HookFailed,
+        resource: Some(hook),
+        ..
+    }) = &outcome
     {
         let found = diagnose_failed_hook(app, namespace, planned, hook, redactor, ctx).await;
         if !found.is_empty() {
@@ -554,7 +524,7 @@ async fn sync_step(
     write_status(app, namespace, &settled.status, ctx).await?;
     write_revision_status(namespace, &revision, &settled.revision, None, ctx).await?;
     publish(app, &settled.events, redactor, ctx).await;
-    if let SyncOutcome::Failed { reason, message, .. } = &outcome {
+    if let SyncOutcome::Failed(StepFailure { reason, message, .. }) = &outcome {
         tracing::info!(application = %app.name_any(), %namespace, reason = reason.as_str(),
             message = %redactor.redact(message), "sync failed");
     } else {
@@ -624,7 +594,7 @@ async fn write_with_history(
     let written = write(app, namespace, decision, previous, redactor, ctx).await?;
     match history {
         Some((name, others)) => trim_history(app, namespace, &name, others, written, ctx).await,
-        None if !changes_holds(app, decision) => {
+        None if !changes_holds(app, decision) && !app.spec.suspend => {
             let own = stored_revisions(app, namespace, ctx).await;
             delete_revisions(app, namespace, history::decide(app, &own), ctx).await
         }
@@ -703,68 +673,62 @@ fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
-fn failed(
-    reason: FailureReason,
-    message: impl Into<String>,
-    service_account: Option<&str>,
-    commit: Option<&str>,
-) -> Observation {
-    Observation::Failed {
-        reason,
-        message: message.into(),
-        service_account: service_account.map(str::to_owned),
-        commit: commit.map(str::to_owned),
-    }
-}
-
-/// What [`observe`] learnt of the rollback course on the way, also when it stopped early: the
-/// course, its run, and the Revisions it was decided from.
-type Seen = (Course, Option<kuvryn_sync_core::application::Run>, Vec<Revision>);
-
-/// Steps 1–4.
-async fn observe(
+/// The commit's part of [`observe`]: identity, source, the rollback course (recorded in
+/// `observed`, also when a later step fails), render and plan ([`plan_commit`]); a step's
+/// failure is the observation then, with the service account and commit reached before it.
+async fn observe_commit(
     app: &Application,
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-    seen: &mut Seen,
-) -> StepResult<Observation> {
-    let service_account = match resolve_identity(app, namespace, ctx).await? {
-        Ok(name) => name,
-        Err(failed) => return Ok(Err(failed)),
-    };
-    let sa = Some(service_account.as_str());
-    let client = match ctx.clients.for_service_account(namespace, &service_account) {
-        Ok(client) => client,
-        Err(err) => return Ok(Err(failed(ACCOUNT_FAILED, err.to_string(), sa, None))),
-    };
-    let (resolved, request) = match read_source(app, namespace, ctx, redactor).await? {
-        Ok(found) => found,
-        Err((reason, message)) => return Ok(Err(failed(reason, message, sa, None))),
-    };
-    let commit = follow_course(app, namespace, &resolved, ctx, seen).await?;
-    let tree = match checkout(ctx, request, &commit).await? {
-        Ok(tree) => tree,
-        Err((reason, message)) => return Ok(Err(failed(reason, message, sa, Some(&commit)))),
-    };
-    let at = Some(commit.as_str());
+    observed: &mut Observed,
+) -> Result<Observation, ReconcileError> {
+    let mut reached = Reached::default();
+    let planned = plan_commit(app, namespace, ctx, redactor, observed, &mut reached).await;
+    reported(planned.map(|p| Observation::Planned(Box::new(p))), |failure| Observation::Failed {
+        failure,
+        service_account: reached.service_account,
+        commit: reached.commit,
+    })
+}
+
+/// How far [`plan_commit`] got: the service account and the commit, once resolved.
+#[derive(Default)]
+struct Reached {
+    service_account: Option<String>,
+    commit: Option<String>,
+}
+
+/// Steps 1–4, each composed with `?`: the first failure ends them.
+async fn plan_commit(
+    app: &Application,
+    namespace: &str,
+    ctx: &ApplicationContext,
+    redactor: &mut Redactor,
+    observed: &mut Observed,
+    reached: &mut Reached,
+) -> StepResult<Planned> {
+    let service_account = resolve_identity(app, namespace, ctx).await?;
+    reached.service_account = Some(service_account.clone());
+    let client = ctx
+        .clients
+        .for_service_account(namespace, &service_account)
+        .map_err(|err| StepFailure::new(ACCOUNT_FAILED, err.to_string()))?;
+    let (resolved, request) = read_source(app, namespace, ctx, redactor).await?;
+    let commit = follow_course(app, namespace, &resolved, ctx, observed).await?;
+    reached.commit = Some(commit.clone());
+    let tree = checkout(ctx, request, &commit).await?;
     let (desired, chart_digest) =
-        match render_and_validate(app, namespace, &client, &tree, ctx, redactor).await? {
-            Ok(rendered) => rendered,
-            Err((reason, message)) => return Ok(Err(failed(reason, message, sa, at))),
-        };
+        render_and_validate(app, namespace, &client, &tree, ctx, redactor).await?;
     learn_secret_values(redactor, &desired);
     let acting = Acting::new(app, namespace, &service_account);
     let engine = engine_for(app, &client, &acting, ctx);
     let planning = (&engine, &client);
-    let parts = match plan_desired_state(app, namespace, planning, &commit, &desired, ctx, redactor)
-        .await?
-    {
-        Ok(parts) => parts,
-        Err(err) => return Ok(Err(failed(err.reason(), err.to_string(), sa, at))),
-    };
-    let fallback = fallback_of(app, namespace, parts.existing.as_ref(), &seen.0, ctx).await?;
-    Ok(Ok(Observation::Planned(Box::new(Planned {
+    let parts =
+        plan_desired_state(app, namespace, planning, &commit, &desired, ctx, redactor).await?;
+    let fallback =
+        fallback_of(app, namespace, parts.existing.as_ref(), &observed.course, ctx).await?;
+    Ok(Planned {
         service_account,
         commit,
         desired,
@@ -775,10 +739,10 @@ async fn observe(
         health: parts.health,
         chart_digest,
         diagnosis: parts.diagnosis,
-        rollback: seen.1.clone(),
+        rollback: observed.run.clone(),
         fallback,
         live_kinds: Some(parts.live_kinds),
-    }))))
+    })
 }
 
 const ACCOUNT_FAILED: FailureReason = FailureReason::ServiceAccountFailure;
@@ -790,7 +754,7 @@ async fn follow_course(
     namespace: &str,
     resolved: &str,
     ctx: &ApplicationContext,
-    seen: &mut Seen,
+    observed: &mut Observed,
 ) -> Result<String, ReconcileError> {
     // Read from the API while a rollback is annotated (the store may lag its own writes), else
     // from the watched store, for a commit a completed rollback marked.
@@ -805,8 +769,9 @@ async fn follow_course(
         Course::Hold { deployed, .. } => deployed.clone(),
         _ => resolved.to_owned(),
     };
-    let run = run_for(app, &course, &revisions);
-    *seen = (course, run, revisions);
+    observed.run = run_for(app, &course, &revisions);
+    observed.course = course;
+    observed.revisions = revisions;
     Ok(commit)
 }
 
@@ -890,31 +855,26 @@ async fn resolve_identity(
         app.spec.service_account_name.as_deref(),
         ctx.default_service_account.as_deref(),
     ) else {
-        return Ok(Err(failed(
-            FailureReason::ServiceAccountRequired,
-            "no service account to act as: set spec.serviceAccountName, or start the controller \
-             with --default-service-account",
-            None,
-            None,
-        )));
+        let message = "no service account to act as: set spec.serviceAccountName, or start the \
+                       controller with --default-service-account";
+        return Err(StepFailure::new(FailureReason::ServiceAccountRequired, message).into());
     };
     let watched = ObjectRef::<PartialObjectMeta<ServiceAccount>>::new(name).within(namespace);
     if ctx.service_accounts.get(&watched).is_some() {
-        return Ok(Ok(name.to_owned()));
+        return Ok(name.to_owned());
     }
     // Not seen by the watch (yet): ask.
     let accounts: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), namespace);
     match accounts.get_opt(name).await? {
-        Some(_) => Ok(Ok(name.to_owned())),
-        None => Ok(Err(failed(
+        Some(_) => Ok(name.to_owned()),
+        None => Err(StepFailure::new(
             FailureReason::ServiceAccountFailure,
             format!(
                 "service account {namespace}/{name} does not exist; create it, or name another \
                  in spec.serviceAccountName"
             ),
-            Some(name),
-            None,
-        ))),
+        )
+        .into()),
     }
 }
 
@@ -924,37 +884,26 @@ async fn read_source(
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-) -> Result<Result<(String, FetchRequest), (FailureReason, String)>, ReconcileError> {
+) -> StepResult<(String, FetchRequest)> {
     let repo_name = &app.spec.source.repository_ref.name;
     let Some(repo) = repository(namespace, repo_name, ctx).await? else {
-        return Ok(Err((
-            FailureReason::SourceFailure,
-            format!("spec.source.repositoryRef: Repository {namespace}/{repo_name} not found"),
-        )));
+        let message =
+            format!("spec.source.repositoryRef: Repository {namespace}/{repo_name} not found");
+        return Err(StepFailure::new(FailureReason::SourceFailure, message).into());
     };
     let wanted = app.spec.source.revision.as_deref();
-    let request = match source::fetch_request(
-        &ctx.client,
-        &repo,
-        namespace,
-        wanted,
-        ctx.git_timeout,
-        redactor,
-    )
-    .await?
-    {
-        Ok(request) => request,
-        Err(problem) => return Ok(Err((problem.reason, problem.message))),
-    };
+    let timeout = ctx.git_timeout;
+    let request =
+        source::fetch_request(&ctx.client, &repo, namespace, wanted, timeout, redactor).await?;
     let follows_repository =
         wanted.is_none() || wanted == repo.spec.git.as_ref().and_then(|g| g.revision.as_deref());
     let status = repo.status.clone().unwrap_or_default();
     let failing = failing_source(&format!("{namespace}/{repo_name}"), &status.conditions);
     if let Some(failure) = failing.filter(|_| follows_repository) {
-        return Ok(Err(failure));
+        return Err(failure.into());
     }
     if let Some(commit) = status.observed_revision.filter(|_| follows_repository) {
-        return Ok(Ok((commit, request)));
+        return Ok((commit, request));
     }
     let cache = Arc::clone(&ctx.cache);
     let found = tokio::task::spawn_blocking(move || {
@@ -962,7 +911,7 @@ async fn read_source(
         Ok::<_, kuvryn_sync_source::git::GitError>((commit, request))
     })
     .await?;
-    Ok(found.map_err(|err| (err.reason(), err.to_string())))
+    Ok(found.map_err(|err| StepFailure::new(err.reason(), err.to_string()))?)
 }
 
 /// Repository `namespace/name`: from the watched store, else (not seen yet, or absent) read.
@@ -983,11 +932,11 @@ async fn checkout(
     ctx: &ApplicationContext,
     request: FetchRequest,
     commit: &str,
-) -> Result<Result<CheckedOutTree, (FailureReason, String)>, ReconcileError> {
+) -> StepResult<CheckedOutTree> {
     let cache = Arc::clone(&ctx.cache);
     let commit = commit.to_owned();
     let tree = tokio::task::spawn_blocking(move || cache.tree(&request, &commit)).await?;
-    Ok(tree.map_err(|err| (err.reason(), err.to_string())))
+    Ok(tree.map_err(|err| StepFailure::new(err.reason(), err.to_string()))?)
 }
 
 /// Step 3: render `spec.source.path` and normalise it for the destination.
@@ -998,28 +947,23 @@ async fn render_and_validate(
     tree: &CheckedOutTree,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-) -> Result<Result<(DesiredState, Option<String>), (FailureReason, String)>, ReconcileError> {
+) -> StepResult<(DesiredState, Option<String>)> {
     let root = tree.path().to_path_buf();
-    let output =
-        match render::render(app, namespace, client, root, &ctx.renderers, redactor).await? {
-            Ok(output) => output,
-            Err(failure) => return Ok(Err(failure)),
-        };
+    let output = render::render(app, namespace, client, root, &ctx.renderers, redactor).await?;
     let rendered = output.objects;
     let objects: Vec<serde_json::Value> = rendered.iter().map(|r| r.object.clone()).collect();
     let scopes = match ctx.kinds.scopes(client, &objects).await {
         Ok(scopes) => scopes,
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            return Ok(Err((
-                FailureReason::Forbidden,
-                format!(
-                    "forbidden: the service account may not read API discovery: {}",
-                    status.message
-                ),
-            )));
+            let message = format!(
+                "forbidden: the service account may not read API discovery: {}",
+                status.message
+            );
+            return Err(StepFailure::new(FailureReason::Forbidden, message).into());
         }
         Err(err) => {
-            return Ok(Err((FailureReason::PlanFailure, format!("discovery failed: {err}"))));
+            let message = format!("discovery failed: {err}");
+            return Err(StepFailure::new(FailureReason::PlanFailure, message).into());
         }
     };
     let application = app.name_any();
@@ -1028,9 +972,9 @@ async fn render_and_validate(
         application_namespace: namespace,
         destination_namespace: &app.spec.destination.namespace,
     };
-    Ok(normalise(&rendered, |gk| scopes.get(gk).copied(), target)
-        .map(|desired| (desired, output.chart_digest))
-        .map_err(|refusal| (refusal.reason(), refusal.to_string())))
+    let desired = normalise(&rendered, |gk| scopes.get(gk).copied(), target)
+        .map_err(|refusal| StepFailure::new(refusal.reason(), refusal.to_string()))?;
+    Ok((desired, output.chart_digest))
 }
 
 /// What step 4 found.
@@ -1053,25 +997,21 @@ async fn plan_desired_state(
     desired: &DesiredState,
     ctx: &ApplicationContext,
     redactor: &Redactor,
-) -> Result<Result<PlanParts, EngineError>, ReconcileError> {
+) -> StepResult<PlanParts> {
     let _timer = ctx.metrics.durations.plan();
     let recorded: Vec<_> = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let mut kinds: BTreeSet<_> = recorded.iter().cloned().collect();
     kinds.extend(desired.objects.iter().map(inventory::managed_kind));
     let kinds: Vec<_> = kinds.into_iter().collect();
     let name = app.name_any();
+    let destination = &app.spec.destination.namespace;
     let found =
-        match engine.inventory(namespace, &name, &app.spec.destination.namespace, &kinds).await {
-            Ok(found) => found,
-            Err(err) => return Ok(Err(err)),
-        };
+        engine.inventory(namespace, &name, destination, &kinds).await.map_err(StepFailure::from)?;
     let revision = revision_name(&name, commit, &desired.hash);
     let mut live = found.live();
     read_unlisted(engine, &desired.objects, &found.unlisted, &mut live).await;
-    let observations = match engine.observe(&desired.objects, &revision, &live).await {
-        Ok(observations) => observations,
-        Err(err) => return Ok(Err(err)),
-    };
+    let observations =
+        engine.observe(&desired.objects, &revision, &live).await.map_err(StepFailure::from)?;
     let unlisted: BTreeSet<GroupKind> = found.unlisted.iter().cloned().collect();
     let prune = if app.spec.sync.prune {
         let wanted: BTreeSet<ObjectKey> = desired.objects.iter().map(|o| o.key.clone()).collect();
@@ -1087,13 +1027,13 @@ async fn plan_desired_state(
     let plan = plan(&desired.hash, &observations, &prune);
     let existing = planned_revision(namespace, &revision, ctx).await?;
     let rules = ctx.health_rules.current();
-    let health = health_of(&rules, &desired.objects, &live, &now());
+    let health = health::desired_health(&rules, &desired.objects, &live, &now());
     let diagnosis =
         diagnose::diagnose(client, &ctx.kinds, &desired.objects, &live, &health, redactor).await;
     let mut live_kinds: BTreeSet<GroupKind> =
         found.objects.iter().map(|o| o.managed.key.group_kind.clone()).collect();
     live_kinds.extend(unlisted.iter().cloned());
-    Ok(Ok(PlanParts {
+    Ok(PlanParts {
         plan,
         prune,
         live_kinds,
@@ -1101,7 +1041,7 @@ async fn plan_desired_state(
         existing,
         health,
         diagnosis,
-    }))
+    })
 }
 
 /// The Revision recording attempts that failed at a commit before a plan existed
@@ -1157,85 +1097,12 @@ async fn read_unlisted(
     }
 }
 
-/// One `InvalidHealthCheck` Warning per HealthCheck rule that is invalid for a kind this sync
-/// applied (once per attempt: the sync step runs once per attempt).
-fn invalid_health_checks(
-    rules: &RuleSet,
-    planned: &Planned,
-) -> Vec<(kuvryn_sync_api::EventReason, String)> {
-    invalid_rules(rules, planned).iter().map(invalid_health_check_event).collect()
-}
-
-/// For a reconcile that does not sync (the Application already runs its commit): one
-/// `InvalidHealthCheck` Warning per invalid rule for a managed kind that the Ready condition does
-/// not name yet. The condition names the HealthCheck once the object is held Progressing, so a
-/// HealthCheck that turns invalid under a synced Application is reported once, not on every
-/// reconcile.
-fn newly_invalid_health_checks(
-    app: &Application,
-    rules: &RuleSet,
-    planned: &Planned,
-) -> Vec<(kuvryn_sync_api::EventReason, String)> {
-    let ready = app.status.as_ref().and_then(|s| {
-        kuvryn_sync_core::conditions::get(&s.conditions, kuvryn_sync_api::ConditionType::Ready)
-    });
-    let named =
-        |invalid: &InvalidRule| ready.is_some_and(|c| c.message.contains(&invalid.health_check));
-    invalid_rules(rules, planned)
-        .iter()
-        .filter(|invalid| !named(invalid))
-        .map(invalid_health_check_event)
-        .collect()
-}
-
-/// The invalid HealthCheck rules for the kinds `planned` declares.
-fn invalid_rules(rules: &RuleSet, planned: &Planned) -> Vec<InvalidRule> {
-    let kinds = planned
-        .desired
-        .objects
-        .iter()
-        .map(|o| (o.key.group_kind.group.as_str(), o.key.group_kind.kind.as_str()));
-    health::invalid_rules_for(rules, kinds)
-}
-
-fn invalid_health_check_event(invalid: &InvalidRule) -> (kuvryn_sync_api::EventReason, String) {
-    let message = format!(
-        "HealthCheck {} {}; objects of its kind are Progressing (HealthCheckFailed) until it is \
-         fixed",
-        invalid.health_check, invalid.denial
-    );
-    (kuvryn_sync_api::EventReason::InvalidHealthCheck, message)
-}
-
-/// The health of each desired object from its live state, by its HealthCheck rules or the
-/// Kubernetes status conventions; an object not created yet is Progressing.
-fn health_of(
-    rules: &RuleSet,
-    objects: &[DesiredObject],
-    live: &std::collections::BTreeMap<ObjectKey, serde_json::Value>,
-    now: &Time,
-) -> Vec<ObjectHealth> {
-    objects
-        .iter()
-        .map(|object| {
-            let (state, message) = match live.get(&object.key) {
-                Some(live) => health::object_health(rules, object.stage, live, now),
-                None => (HealthState::Progressing, "not created yet".to_owned()),
-            };
-            ObjectHealth {
-                key: object.key.clone(),
-                api_version: object.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
-                state,
-                message,
-            }
-        })
-        .collect()
-}
-
 /// What the sync step did: one step of the apply that leaves the attempt going (look again after
 /// this long), or the attempt's apply finished or failed.
 enum Stepped {
     Continue(Duration),
+    /// Every group is applied and something is to be pruned: announce it, then prune.
+    Prune,
     Finished(SyncOutcome),
 }
 
@@ -1256,11 +1123,8 @@ async fn sync(
     let client = match ctx.clients.for_service_account(namespace, &planned.service_account) {
         Ok(client) => client,
         Err(err) => {
-            return Stepped::Finished(SyncOutcome::Failed {
-                reason: FailureReason::ServiceAccountFailure,
-                message: err.to_string(),
-                resource: None,
-            });
+            let failure = StepFailure::new(ACCOUNT_FAILED, err.to_string());
+            return Stepped::Finished(SyncOutcome::Failed(failure));
         }
     };
     let acting = Acting::new(app, namespace, &planned.service_account);
@@ -1269,7 +1133,7 @@ async fn sync(
     let name = revision.map(|r| r.name_any()).unwrap_or_default();
     let status = revision.and_then(|r| r.status.clone()).unwrap_or_default();
     let started = status.started_at.clone().unwrap_or_else(now);
-    let changed = changed_keys(&planned.plan);
+    let changed = planned.plan.changed_keys();
     let rollout = Rollout {
         objects: &planned.desired.objects,
         changed: &changed,
@@ -1279,6 +1143,7 @@ async fn sync(
         started: &started,
         timeout: rollout::timeout(app),
         crd_timeout: ctx.crd_timeout,
+        pruning: app.status.as_ref().is_some_and(|s| s.sync.state == SyncState::Pruning),
     };
     let health = |key: &ObjectKey| {
         planned.health.iter().find(|h| &h.key == key).map(|h| (h.state, h.message.clone()))
@@ -1287,21 +1152,12 @@ async fn sync(
     let runner = Runner { engine: &engine, health: &health, clock: &now, timer: &timer };
     match runner.step(&rollout).await {
         Outcome::Requeue(after) => Stepped::Continue(after),
-        Outcome::Failed { reason, message, resource } => {
-            Stepped::Finished(SyncOutcome::Failed { reason, message, resource })
+        Outcome::Failed(failure) => Stepped::Finished(SyncOutcome::Failed(failure)),
+        Outcome::Prune => Stepped::Prune,
+        Outcome::Done => {
+            Stepped::Finished(SyncOutcome::Done { live_kinds: planned.kinds_after_sync() })
         }
-        Outcome::Done => Stepped::Finished(SyncOutcome::Done { live_kinds: live_kinds(planned) }),
     }
-}
-
-/// The kinds of live objects a completed sync leaves carrying the Application's labels: the
-/// desired ones, those prune kept, and those it could not list.
-fn live_kinds(planned: &Planned) -> Vec<GroupKind> {
-    let mut live_kinds: BTreeSet<GroupKind> =
-        planned.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
-    live_kinds.extend(planned.prune.keep.iter().map(|(o, _)| o.key.group_kind.clone()));
-    live_kinds.extend(planned.unlisted.iter().cloned());
-    live_kinds.into_iter().collect()
 }
 
 /// The diagnosis of a hook that failed the sync step: the step stops before the rollout's
@@ -1324,30 +1180,11 @@ async fn diagnose_failed_hook(
     let Ok(Some(live)) = engine_for(app, &client, &acting, ctx).live(object).await else {
         return Vec::new();
     };
-    let rules = ctx.health_rules.current();
-    let (state, message) = health::object_health(&rules, object.stage, &live, &now());
-    let health = [ObjectHealth {
-        key: hook.clone(),
-        api_version: object.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
-        state,
-        message,
-    }];
     let live = std::collections::BTreeMap::from([(hook.clone(), live)]);
+    let rules = ctx.health_rules.current();
+    let health = health::desired_health(&rules, std::slice::from_ref(object), &live, &now());
     diagnose::diagnose(&client, &ctx.kinds, &planned.desired.objects, &live, &health, redactor)
         .await
-}
-
-/// The objects the plan creates or updates.
-fn changed_keys(plan: &Plan) -> BTreeSet<ObjectKey> {
-    plan.changes
-        .iter()
-        .filter(|c| matches!(c.action, PlanAction::Create | PlanAction::Update))
-        .map(|c| ObjectKey {
-            group_kind: GroupKind::new(group_of(&c.resource.api_version), &c.resource.kind),
-            namespace: (!c.resource.namespace.is_empty()).then(|| c.resource.namespace.clone()),
-            name: c.resource.name.clone(),
-        })
-        .collect()
 }
 
 /// Step 6, the one place that writes: the Revision (spec by server-side apply, then its
@@ -1505,14 +1342,7 @@ async fn write_revision_status(
             revisions.patch_status(name, &PatchParams::default(), &Patch::Merge(&clear)).await?;
         ctx.revision_writes.wrote(&cleared);
     }
-    let body = serde_json::json!({
-        "apiVersion": Revision::api_version(&()),
-        "kind": Revision::kind(&()),
-        "metadata": {"name": name},
-        "status": status,
-    });
-    let apply = PatchParams::apply(CONTROLLER_NAME).force();
-    let written = revisions.patch_status(name, &apply, &Patch::Apply(&body)).await?;
+    let written = apply_status::<Revision>(&ctx.client, namespace, name, status).await?;
     ctx.revision_writes.wrote(&written);
     Ok(written)
 }
@@ -1523,30 +1353,8 @@ async fn write_status(
     status: &ApplicationStatus,
     ctx: &ApplicationContext,
 ) -> Result<(), kube::Error> {
-    let applications: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
-    let body = serde_json::json!({
-        "apiVersion": Application::api_version(&()),
-        "kind": Application::kind(&()),
-        "metadata": {"name": app.name_any()},
-        "status": status,
-    });
-    let apply = PatchParams::apply(CONTROLLER_NAME).force();
-    applications.patch_status(&app.name_any(), &apply, &Patch::Apply(&body)).await?;
+    apply_status::<Application>(&ctx.client, namespace, &app.name_any(), status).await?;
     Ok(())
-}
-
-/// While suspended, status is frozen: only `observedGeneration` moves.
-async fn write_suspended(
-    app: &Application,
-    namespace: &str,
-    ctx: &ApplicationContext,
-) -> Result<(), kube::Error> {
-    let mut status = app.status.clone().unwrap_or_default();
-    if status.observed_generation == app.metadata.generation {
-        return Ok(());
-    }
-    status.observed_generation = app.metadata.generation;
-    write_status(app, namespace, &status, ctx).await
 }
 
 #[cfg(test)]

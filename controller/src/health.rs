@@ -77,4 +77,4 @@ impl HealthRules {
 }
 
 // The pure rules live in `core::health`, shared with the CLI; the reconcilers call them here.
-pub use kuvryn_sync_core::health::{invalid_rules_for, object_health};
+pub use kuvryn_sync_core::health::desired_health;

@@ -32,10 +32,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::{Resource, ResourceExt};
-use kuvryn_sync_api::{CONTROLLER_NAME, ImagePolicy};
+use kuvryn_sync_api::ImagePolicy;
 use kuvryn_sync_core::credentials::secret_values;
 use kuvryn_sync_core::image_policy::{self, ScanOutcome};
 use kuvryn_sync_core::redact::Redactor;
@@ -118,15 +118,7 @@ async fn reconcile(
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let decision = image_policy::decide_scan(&policy, &outcome, &now);
     if let Some(status) = &decision.status {
-        let api: Api<ImagePolicy> = Api::namespaced(ctx.client.clone(), &namespace);
-        let body = serde_json::json!({
-            "apiVersion": ImagePolicy::api_version(&()),
-            "kind": ImagePolicy::kind(&()),
-            "metadata": {"name": name},
-            "status": status,
-        });
-        let apply = PatchParams::apply(CONTROLLER_NAME).force();
-        api.patch_status(&name, &apply, &Patch::Apply(&body)).await?;
+        crate::status::apply_status::<ImagePolicy>(&ctx.client, &namespace, &name, status).await?;
     }
     let reference = policy.object_ref(&());
     ctx.recorder.publish(&reference, &decision.events, &redactor).await;

@@ -32,6 +32,7 @@ mod repository;
 mod revision_writes;
 mod shards;
 mod source;
+mod status;
 mod triggers;
 mod watches;
 

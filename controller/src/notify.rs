@@ -376,5 +376,3 @@ pub async fn sinks_condition(
     }
     kuvryn_sync_core::notify::condition(app, &problems)
 }
-
-pub use kuvryn_sync_core::notify::with_notifications;

@@ -11,6 +11,8 @@
 //! with the redactor like a fresh render's), a miss renders and keeps the output. Every engine run
 //! and every hit is counted in `kuvryn_sync_renders_total`.
 
+use crate::context::StepResult;
+use kuvryn_sync_core::failure::StepFailure;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -104,9 +106,6 @@ impl<T: Send + 'static> std::fmt::Debug for OffRuntime<T> {
     }
 }
 
-/// A failure for status: the reason and a message safe to show.
-pub type Failure = (FailureReason, String);
-
 /// What a render produced.
 #[derive(Debug, Default)]
 pub struct Output {
@@ -123,12 +122,9 @@ pub async fn render(
     root: PathBuf,
     renderers: &Renderers,
     redactor: &mut Redactor,
-) -> Result<Result<Output, Failure>, tokio::task::JoinError> {
+) -> StepResult<Output> {
     let _timer = renderers.metrics.durations.render(app.spec.source.render.render_type);
-    let keys = match decryption_keys(app, namespace, client).await {
-        Ok(keys) => keys,
-        Err(failure) => return Ok(Err(failure)),
-    };
+    let keys = decryption_keys(app, namespace, client).await?;
     if app.spec.source.render.render_type == RenderType::Helm {
         return render_helm(app, namespace, client, root, keys, renderers, redactor).await;
     }
@@ -161,7 +157,7 @@ pub async fn render(
         (key, Found::Rendered(render_application(&request, &Vec::new())))
     })
     .await?;
-    Ok(settle(found, key, render_type, None, renderers, redactor))
+    Ok(settle(found, key, render_type, None, renderers, redactor)?)
 }
 
 /// Age keys and a digest of the Secret data they came from (for the render key; never the keys).
@@ -238,7 +234,7 @@ fn settle(
     chart_digest: Option<String>,
     renderers: &Renderers,
     redactor: &mut Redactor,
-) -> Result<Output, Failure> {
+) -> Result<Output, StepFailure> {
     let output = match found {
         Found::Hit(hit) => {
             renderers.metrics.count_render(render_type, RenderOutcome::CacheHit);
@@ -248,7 +244,12 @@ fn settle(
             renderers.metrics.count_render(render_type, RenderOutcome::Rendered);
             let rendered = match rendered {
                 Ok(rendered) => rendered,
-                Err(failure) => return Err((failure.reason, redactor.redact(&failure.message))),
+                Err(failure) => {
+                    return Err(StepFailure::new(
+                        failure.reason,
+                        redactor.redact(&failure.message),
+                    ));
+                }
             };
             let output = Arc::new(CachedRender {
                 objects: rendered.objects,
@@ -278,12 +279,9 @@ async fn render_helm(
     keys: Option<DecryptionKeys>,
     renderers: &Renderers,
     redactor: &mut Redactor,
-) -> Result<Result<Output, Failure>, tokio::task::JoinError> {
+) -> StepResult<Output> {
     let HelmInputs { helm, renderer, from, pulled } =
-        match helm_inputs(app, namespace, client, renderers).await? {
-            Ok(inputs) => inputs,
-            Err(failure) => return Ok(Err(failure)),
-        };
+        helm_inputs(app, namespace, client, renderers).await?;
     let path = app.spec.source.path.clone();
     let render = app.spec.source.render.clone();
     let destination = app.spec.destination.namespace.clone();
@@ -327,7 +325,7 @@ async fn render_helm(
         (key, Found::Rendered(render_application(&request, &from)))
     })
     .await?;
-    Ok(settle(found, key, RenderType::Helm, chart_digest, renderers, redactor))
+    Ok(settle(found, key, RenderType::Helm, chart_digest, renderers, redactor)?)
 }
 
 /// What a Helm render reads besides the checkout.
@@ -348,27 +346,21 @@ async fn helm_inputs(
     namespace: &str,
     client: &kube::Client,
     renderers: &Renderers,
-) -> Result<Result<HelmInputs, Failure>, tokio::task::JoinError> {
+) -> StepResult<HelmInputs> {
     let helm = app.spec.source.render.helm.clone().unwrap_or_default();
-    if let Err(err) = helm_values::validate_release_name(&helm.release_name) {
-        return Ok(Err((err.reason(), format!("spec.source.render.helm.releaseName: {err}"))));
-    }
+    helm_values::validate_release_name(&helm.release_name).map_err(|err| {
+        StepFailure::new(err.reason(), format!("spec.source.render.helm.releaseName: {err}"))
+    })?;
     let renderer = match &renderers.helm {
         Ok(renderer) => renderer.clone(),
-        Err(why) => return Ok(Err((FailureReason::RenderFailure, why.clone()))),
+        Err(why) => return Err(StepFailure::new(FailureReason::RenderFailure, why).into()),
     };
-    let from = match values_from(&helm.values_from, namespace, client).await {
-        Ok(from) => from,
-        Err(failure) => return Ok(Err(failure)),
-    };
+    let from = values_from(&helm.values_from, namespace, client).await?;
     let pulled = match &helm.chart {
         None => None,
-        Some(chart) => match pull_chart(chart, namespace, client, renderers).await? {
-            Ok(pulled) => Some(pulled),
-            Err(failure) => return Ok(Err(failure)),
-        },
+        Some(chart) => Some(pull_chart(chart, namespace, client, renderers).await?),
     };
-    Ok(Ok(HelmInputs { helm, renderer, from, pulled }))
+    Ok(HelmInputs { helm, renderer, from, pulled })
 }
 
 /// A digest of the `valuesFrom` data read: which source, which key, and every byte.
@@ -397,7 +389,7 @@ async fn values_from(
     sources: &[ValuesFrom],
     namespace: &str,
     client: &kube::Client,
-) -> Result<Vec<ValuesFromData>, Failure> {
+) -> Result<Vec<ValuesFromData>, StepFailure> {
     let mut found = Vec::new();
     for (index, source) in sources.iter().enumerate() {
         let field = format!("spec.source.render.helm.valuesFrom[{index}]");
@@ -428,8 +420,9 @@ async fn values_from(
                 })
             }
         };
-        let data = data.map_err(|(reason, why)| {
-            (reason, format!("{field}: {kind} {namespace}/{}: {why}", source.name))
+        let data = data.map_err(|failure| StepFailure {
+            message: format!("{field}: {kind} {namespace}/{}: {}", source.name, failure.message),
+            ..failure
         })?;
         found.push(ValuesFromData {
             kind: source.kind,
@@ -443,18 +436,20 @@ async fn values_from(
 
 /// One object read as the service account; the error says what to do, with its reason: a read
 /// RBAC refuses is `Forbidden`, any other failure `RenderFailure`.
-async fn read<K>(api: &Api<K>, name: &str) -> Result<K, Failure>
+async fn read<K>(api: &Api<K>, name: &str) -> Result<K, StepFailure>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
     match api.get_opt(name).await {
         Ok(Some(object)) => Ok(object),
-        Ok(None) => Err((FailureReason::RenderFailure, "does not exist".to_owned())),
-        Err(kube::Error::Api(status)) if status.code == 403 => Err((
+        Ok(None) => Err(StepFailure::new(FailureReason::RenderFailure, "does not exist")),
+        Err(kube::Error::Api(status)) if status.code == 403 => Err(StepFailure::new(
             FailureReason::Forbidden,
-            "forbidden: the service account may not read it; grant it get".to_owned(),
+            "forbidden: the service account may not read it; grant it get",
         )),
-        Err(err) => Err((FailureReason::RenderFailure, format!("cannot be read: {err}"))),
+        Err(err) => {
+            Err(StepFailure::new(FailureReason::RenderFailure, format!("cannot be read: {err}")))
+        }
     }
 }
 
@@ -464,35 +459,28 @@ async fn pull_chart(
     namespace: &str,
     client: &kube::Client,
     renderers: &Renderers,
-) -> Result<Result<PulledChart, Failure>, tokio::task::JoinError> {
-    let failure = |message: String| (FailureReason::RenderFailure, message);
+) -> StepResult<PulledChart> {
+    let failure = |message: String| StepFailure::new(FailureReason::RenderFailure, message);
     let puller = match &renderers.charts {
         Ok(puller) => Arc::clone(puller),
-        Err(why) => return Ok(Err(failure(why.clone()))),
+        Err(why) => return Err(failure(why.clone()).into()),
     };
     let credentials = match &chart.secret_ref {
         None => None,
         Some(secret_ref) => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            let secret = match read(&api, &secret_ref.name).await {
-                Ok(secret) => secret,
-                Err((reason, why)) => {
-                    return Ok(Err((
-                        reason,
-                        format!(
-                            "spec.source.render.helm.chart.secretRef: Secret {namespace}/{}: \
-                             {why}",
-                            secret_ref.name
-                        ),
-                    )));
-                }
-            };
+            let secret = read(&api, &secret_ref.name).await.map_err(|failure| StepFailure {
+                message: format!(
+                    "spec.source.render.helm.chart.secretRef: Secret {namespace}/{}: {}",
+                    secret_ref.name, failure.message
+                ),
+                ..failure
+            })?;
             match credential_scope::chart_credentials(&secret, &chart.repository) {
                 Ok(credentials) => Some(ChartCredentials::from(credentials)),
                 Err(why) => {
-                    return Ok(Err(failure(format!(
-                        "spec.source.render.helm.chart.secretRef: {why}"
-                    ))));
+                    let message = format!("spec.source.render.helm.chart.secretRef: {why}");
+                    return Err(failure(message).into());
                 }
             }
         }
@@ -504,7 +492,10 @@ async fn pull_chart(
         credentials,
     };
     let pulled = tokio::task::spawn_blocking(move || puller.get().pull(&request)).await?;
-    Ok(pulled.map_err(|err| (err.reason(), format!("spec.source.render.helm.chart: {err}"))))
+    let pulled = pulled.map_err(|err| {
+        StepFailure::new(err.reason(), format!("spec.source.render.helm.chart: {err}"))
+    })?;
+    Ok(pulled)
 }
 
 /// The age keys of `spec.decryption`, read as the service account from a labelled Secret.
@@ -512,12 +503,12 @@ async fn decryption_keys(
     app: &Application,
     namespace: &str,
     client: &kube::Client,
-) -> Result<Option<DecryptionKeys>, Failure> {
+) -> Result<Option<DecryptionKeys>, StepFailure> {
     let Some(decryption) = &app.spec.decryption else {
         return Ok(None);
     };
     let name = &decryption.secret_ref.name;
-    let failure = |message: String| (FailureReason::DecryptionFailure, message);
+    let failure = |message: String| StepFailure::new(FailureReason::DecryptionFailure, message);
     let secret = match Api::<Secret>::namespaced(client.clone(), namespace).get_opt(name).await {
         Ok(Some(secret)) => secret,
         Ok(None) => {

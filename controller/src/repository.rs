@@ -16,14 +16,16 @@
 //! 6 ([`decide_write_back`]), which keeps this reconciler the only writer of the Repository's
 //! conditions.
 //!
-//! Steps 1–4 return `Err(Observation::Failed)` to end observation early with a failure reason;
-//! API-server trouble is a [`ReconcileError`] and retries with backoff.
+//! Steps 1–4 return a [`Step`]: a `StepFailure` ends observation early with a failure reason the
+//! status reports; API-server trouble retries with backoff.
 
 use kuvryn_sync_runtime::durations::{GitOperation, Reconciled};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::context::{StepResult, reported};
+use crate::status::apply_status;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -31,6 +33,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Resource, ResourceExt};
 use kuvryn_sync_api::{Application, CONTROLLER_NAME, FailureReason, Repository};
 use kuvryn_sync_core::discovery::{self, ConfigFileRead, DeleteAction};
+use kuvryn_sync_core::failure::StepFailure;
 use kuvryn_sync_core::image_writeback::decide_write_back;
 use kuvryn_sync_core::redact::Redactor;
 use kuvryn_sync_core::repository::{Decision, Observation, decide};
@@ -75,8 +78,8 @@ pub enum ReconcileError {
 /// Each configured `.ksync.yaml` path and what was found there.
 type ConfigFiles = BTreeMap<String, ConfigFileRead>;
 
-/// The result of an observation step: its value, or the failure that ends observation.
-type Step<T> = Result<Result<T, Observation>, ReconcileError>;
+/// A step of observing a Repository: its value, a failure for status, or an error to retry.
+type Step<T> = StepResult<T, ReconcileError>;
 
 /// Run the Repository controller until `shutdown` resolves.
 pub async fn run(
@@ -120,9 +123,8 @@ async fn reconcile(
     let namespace = repo.namespace().ok_or(ReconcileError::NoNamespace)?;
     let mut redactor = Redactor::new();
     let write_back = ctx.image_update.run(&repo, &namespace, &mut redactor).await?;
-    let observation = match observe(&repo, &namespace, &ctx, &mut redactor).await? {
-        Ok(observation) | Err(observation) => observation,
-    };
+    let observed = observe(&repo, &namespace, &ctx, &mut redactor).await;
+    let observation = reported(observed, Observation::Failed)?;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let mut decision = decide(&repo, &observation, &redactor, &now);
     let images = decide_write_back(&repo, decision.status.take(), write_back.as_ref(), &now);
@@ -141,21 +143,10 @@ async fn observe(
 ) -> Step<Observation> {
     // Steps 1 and 2: the URL checks and the credentials.
     let request =
-        match source::fetch_request(&ctx.client, repo, namespace, None, ctx.git_timeout, redactor)
-            .await?
-        {
-            Ok(request) => request,
-            Err(problem) => return Ok(Err(failed(problem.reason, problem.message))),
-        };
-    let commit = match resolve_revision(&request, ctx).await? {
-        Ok(commit) => commit,
-        Err(failed) => return Ok(Err(failed)),
-    };
+        source::fetch_request(&ctx.client, repo, namespace, None, ctx.git_timeout, redactor)
+            .await?;
+    let commit = resolve_revision(&request, ctx).await?;
     read_discovery_inputs(repo, namespace, &request, commit, ctx).await
-}
-
-fn failed(reason: FailureReason, message: impl Into<String>) -> Observation {
-    Observation::Failed { reason, message: message.into() }
 }
 
 /// Step 3: the commit `request` resolves to.
@@ -164,9 +155,8 @@ async fn resolve_revision(request: &FetchRequest, ctx: &RepositoryContext) -> St
     let request = request.clone();
     let _timer = ctx.metrics.durations.git(GitOperation::Resolve);
     let resolved = tokio::task::spawn_blocking(move || cache.resolve(&request)).await?;
-    Ok(resolved
-        .map(|resolved| resolved.commit)
-        .map_err(|err| failed(err.reason(), err.to_string())))
+    let resolved = resolved.map_err(|err| StepFailure::new(err.reason(), err.to_string()))?;
+    Ok(resolved.commit)
 }
 
 /// Step 4: the configured `.ksync.yaml` files at `commit` and the namespace's Applications. Paths
@@ -189,13 +179,11 @@ async fn read_discovery_inputs(
     })
     .await?;
     drop(timer);
-    let config_files = match files {
-        Ok(files) => files,
-        Err(err) => return Ok(Err(failed(FailureReason::SourceFailure, err.to_string()))),
-    };
+    let config_files =
+        files.map_err(|err| StepFailure::new(FailureReason::SourceFailure, err.to_string()))?;
     let applications: Api<Application> = Api::namespaced(ctx.client.clone(), namespace);
     let applications = applications.list(&ListParams::default()).await?.items;
-    Ok(Ok(Observation::Resolved { commit, config_files, applications }))
+    Ok(Observation::Resolved { commit, config_files, applications })
 }
 
 /// Step 6, the one place that writes: discovered Applications by server-side apply, then the
@@ -219,14 +207,8 @@ async fn write(
         delete_application(&applications, delete).await?;
     }
     if let Some(status) = &decision.status {
-        let repositories: Api<Repository> = Api::namespaced(ctx.client.clone(), namespace);
-        let body = serde_json::json!({
-            "apiVersion": Repository::api_version(&()),
-            "kind": Repository::kind(&()),
-            "metadata": {"name": repo.name_any()},
-            "status": status,
-        });
-        repositories.patch_status(&repo.name_any(), &apply, &Patch::Apply(&body)).await?;
+        let name = repo.name_any();
+        apply_status::<Repository>(&ctx.client, namespace, &name, status).await?;
     }
     let reference = repo.object_ref(&());
     ctx.recorder.publish(&reference, &decision.events, redactor).await;

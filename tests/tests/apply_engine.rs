@@ -3,6 +3,7 @@
 //! dry-run, apply under the Application's field manager, conflicts with another manager (and
 //! adopting them), prune with high-risk kinds kept, and a service account without rights.
 
+use kuvryn_sync_core::failure::StepFailure;
 use std::collections::BTreeSet;
 
 use anyhow::{Context, Result};
@@ -421,6 +422,7 @@ async fn the_runner_takes_one_step_per_call_with_the_clock_and_health_it_is_give
                 started,
                 timeout: Duration::from_secs(60),
                 crd_timeout: Duration::from_secs(30),
+                pruning: false,
             };
             runner.step(&rollout).await
         }
@@ -440,12 +442,12 @@ async fn the_runner_takes_one_step_per_call_with_the_clock_and_health_it_is_give
 
     // Past the deadline: TimeoutFailure on wave 0's object.
     *clock_at.lock().expect("clock") = Time(start + Duration::from_secs(61));
-    let Outcome::Failed { reason, message, resource } =
+    let Outcome::Failed(StepFailure { reason, message, resource }) =
         step(BTreeSet::from([second_key.clone()])).await
     else {
         anyhow::bail!("expected a failure");
     };
-    assert_eq!((reason, resource.as_ref()), (FailureReason::TimeoutFailure, Some(&first_key)));
+    assert_eq!((reason, resource.as_deref()), (FailureReason::TimeoutFailure, Some(&first_key)));
     assert!(message.contains("later groups were not applied"), "{message}");
 
     // Wave 0 Healthy in time: wave 1, the last group, is applied and the rollout is done.

@@ -1,5 +1,6 @@
 //! The Application lifecycle where the API reference is precise about it, end to end with the
 //! real controller, a real Git server and the sandbox (issue 25's numbered behaviours):
+//! - a prune announced as sync state `Pruning` before it runs (4);
 //! - reasons: a refused prune is `PruneFailure`, a kind the API server does not serve
 //!   `PlanFailure`, a `valuesFrom` read RBAC refuses `Forbidden` (3);
 //! - drift that changes health moves Ready even without selfHeal (1);
@@ -81,6 +82,55 @@ async fn a_refused_prune_is_prune_failure() -> Result<()> {
     })
     .await?;
     assert!(env.api::<ConfigMap>().get_opt("goes").await?.is_some());
+    Ok(())
+}
+
+/// A prune is a step of its own, announced before it runs: a watch of the Application sees sync
+/// state `Pruning` between `Applying` and `Synced` (4), and the removed object is gone after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prune_is_announced_as_sync_state_pruning() -> Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let env = env("life-pruning", true).await?;
+    let first = env
+        .push(
+            &[
+                ("apps/web/a.yaml", config_map("stays", "1", json!({}))),
+                ("apps/web/b.yaml", config_map("goes", "1", json!({}))),
+            ],
+            "two ConfigMaps",
+        )
+        .await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_synced("web", &first).await?;
+    // Every sync state the Application passes through from here on, in order.
+    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::<SyncState>::new()));
+    let config = watcher::Config::default().fields("metadata.name=web");
+    let mut updates = watcher(env.api::<Application>(), config).applied_objects().boxed();
+    let recorded = std::sync::Arc::clone(&states);
+    let watching = tokio::spawn(async move {
+        while let Some(Ok(app)) = updates.next().await {
+            let state = app.status.map(|s| s.sync.state).unwrap_or_default();
+            let mut all = recorded.lock().expect("states");
+            if all.last() != Some(&state) {
+                all.push(state);
+            }
+        }
+    });
+    let second = env.push_removal(&["apps/web/b.yaml"], "one less").await?;
+    env.wait_synced("web", &second).await?;
+    let seen = || states.lock().expect("states").clone();
+    wait_for("Pruning, then Synced, seen by the watch", DEADLINE, || async {
+        let all = seen();
+        let pruning = all.iter().position(|s| *s == SyncState::Pruning);
+        let synced = all.iter().rposition(|s| *s == SyncState::Synced);
+        let ordered = pruning.zip(synced).is_some_and(|(p, s)| p < s);
+        Ok((ordered.then_some(()), format!("{all:?}")))
+    })
+    .await?;
+    watching.abort();
+    assert!(env.api::<ConfigMap>().get_opt("goes").await?.is_none(), "not pruned");
+    assert!(env.api::<ConfigMap>().get_opt("stays").await?.is_some());
     Ok(())
 }
 

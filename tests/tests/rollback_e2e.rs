@@ -8,7 +8,8 @@
 //! - `ksync rollback` as an impersonated user is recorded under that user; a target of another
 //!   Application and hand-set audit annotations are refused; a rollback to the held commit lifts
 //!   the hold;
-//! - a target the service account may no longer create is abandoned;
+//! - a target the service account may no longer create is abandoned; after an abandoned
+//!   automatic rollback the failed commit's retries end in RetryBlocked;
 //! - under manual sync a matching request is approved under the requester, and a changed
 //!   `spec.strategy` waits for `ksync sync`.
 
@@ -17,8 +18,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams};
-use kuvryn_sync_api::{Application, Revision, keys};
+use kuvryn_sync_api::{Application, Revision, RevisionPhase, keys};
+use kuvryn_sync_core::rollback;
 use kuvryn_sync_tests::application::{Env, config_map, env, env_with_workloads};
 use kuvryn_sync_tests::cli::Ksync;
 use kuvryn_sync_tests::cluster::skip_on_real_cluster;
@@ -424,6 +427,137 @@ async fn a_rollback_whose_target_cannot_be_applied_is_abandoned() -> Result<()> 
     assert!(!after.contains_key(keys::ROLLBACK_FROM), "nothing is held: {after:?}");
     assert_eq!(settings(&env).await?, "2", "nothing of the target was applied");
     Ok(())
+}
+
+/// An automatic rollback whose target cannot be planned is abandoned, and the failed commit is
+/// then retried like any other Revision until its attempts are used up, ending in RetryBlocked
+/// (once), with no second rollback.
+///
+/// The good commit carries a PodDisruptionBudget the bad commit removes (pruned: the service
+/// account may delete it); before the bad commit the service account loses every right on
+/// PodDisruptionBudgets but read and delete, so the rollback cannot create it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_abandoned_rollback_the_failed_commit_retries_end_in_retry_blocked() -> Result<()>
+{
+    if skip_on_real_cluster(
+        "after_an_abandoned_rollback_the_failed_commit_retries_end_in_retry_blocked",
+        "simulated workloads (fictional registry.example images that run)",
+    ) {
+        return Ok(());
+    }
+    let env = env_with_workloads("rollback-retry", true).await?;
+    env.grant("apps", &["deployments"]).await?;
+    env.grant(POLICY, &["poddisruptionbudgets"]).await?;
+    let good = env
+        .push(
+            &[
+                ("apps/web/deploy.yaml", deployment("web", false)),
+                ("apps/web/budget.yaml", disruption_budget("web")),
+                ("apps/web/settings.yaml", config_map("settings", "good", json!({}))),
+            ],
+            "good",
+        )
+        .await?;
+    // Two attempts per commit; a short health timeout (the backoffs are 10 s then 20 s).
+    env.create_app(
+        "web",
+        "apps/web",
+        json!({"health": {"timeout": "3s"},
+               "strategy": {"failurePolicy": {"action": "rollback", "maxAttempts": 2}}}),
+    )
+    .await?;
+    env.wait_synced("web", &good).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    let good_revision = env.revision("web", &good).await?.metadata.name.context("name")?;
+
+    // PodDisruptionBudgets: read and delete only, so the prune works and a re-create is refused.
+    restrict_disruption_budgets(&env, &["get", "list", "watch", "delete"]).await?;
+    // One commit removes the PodDisruptionBudget and breaks the Deployment.
+    env.repo.git(&["rm", "--quiet", "apps/web/budget.yaml"])?;
+    let bad = env
+        .push(
+            &[
+                ("apps/web/deploy.yaml", deployment("web", true)),
+                ("apps/web/settings.yaml", config_map("settings", "bad", json!({}))),
+            ],
+            "a Deployment that never becomes ready",
+        )
+        .await?;
+
+    // The failure rolls back at once to the good Revision; the rollback cannot be planned and
+    // is abandoned, leaving the Application failed with the rollback's reason.
+    let abandoned = event_message(&env, "web", "RollbackAbandoned").await?;
+    assert!(
+        abandoned.contains(&format!("the rollback to {good_revision} was abandoned")),
+        "{abandoned}"
+    );
+    let message = env.wait_failed("web", "Forbidden").await?;
+    assert!(message.contains("abandoned"), "{message}");
+    wait_request_removed(&env, "web").await?;
+
+    // The failed commit is deployed again, retried once, and its retries end in RetryBlocked.
+    let message = env.wait_ready("web", "False", "RetryBlocked").await?;
+    assert!(
+        message.contains("retries stopped after 2 attempt(s)")
+            && message.contains("last failure: TimeoutFailure"),
+        "{message}"
+    );
+    let app = env.api::<Application>().get("web").await?;
+    let status = app.status.context("status")?;
+    assert_eq!(status.desired_revision.as_deref(), Some(bad.as_str()), "the failed commit");
+    assert_eq!(status.deployed_revision.as_deref(), Some(bad.as_str()));
+    let after = app.metadata.annotations.unwrap_or_default();
+    assert!(!after.contains_key(keys::ROLLBACK_REVISION), "no new request: {after:?}");
+    assert!(!after.contains_key(keys::ROLLBACK_FROM), "nothing is held: {after:?}");
+    assert_eq!(settings(&env).await?, "bad", "the failed commit's objects stay applied");
+    let failed = env.revision("web", &bad).await?;
+    let marked = failed.metadata.annotations.clone().unwrap_or_default();
+    assert!(marked.contains_key(rollback::ABANDONED), "{marked:?}");
+    let failed = failed.status.context("the failed Revision's status")?;
+    assert_eq!(failed.attempts, 2, "one retry after the abandoned rollback");
+    assert_eq!(failed.phase, Some(RevisionPhase::Failed));
+    assert_eq!(rolled_back(&env.revision("web", &bad).await?), None, "nothing rolled back");
+    let budget = env.api::<PodDisruptionBudget>().get_opt("web").await?;
+    assert!(budget.is_none(), "nothing of the rollback's target was applied: {budget:?}");
+
+    // Each once: no second rollback, and RetryBlocked is not repeated.
+    let events = env.events_for("web").await?;
+    let count = |reason: &str| events.iter().filter(|(_, r, _)| r == reason).count();
+    assert_eq!(count("RollbackAbandoned"), 1, "{events:?}");
+    assert_eq!(count("RetryBlocked"), 1, "{events:?}");
+    assert!(
+        events.iter().any(|(kind, r, _)| kind == "Warning" && r == "RetryBlocked"),
+        "{events:?}"
+    );
+    Ok(())
+}
+
+const POLICY: &str = "policy";
+
+/// A PodDisruptionBudget for the pods of `app`.
+fn disruption_budget(app: &str) -> String {
+    serde_json::to_string(&json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": app},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": app}}},
+    }))
+    .expect("json")
+}
+
+/// Replace the verbs of the Role [`Env::grant`] made for PodDisruptionBudgets with `verbs`.
+async fn restrict_disruption_budgets(env: &Env, verbs: &[&str]) -> Result<()> {
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                      "metadata": {"name": format!("deployer-{POLICY}")},
+                      "rules": [{"apiGroups": [POLICY], "resources": ["poddisruptionbudgets"],
+                                 "verbs": verbs}]});
+    kuvryn_sync_tests::apply::apply_raw(
+        &env.cluster.client(),
+        &kuvryn_sync_apply::kinds::Kinds::default(),
+        &env.namespace,
+        &role,
+        "test-setup",
+    )
+    .await
 }
 
 /// Manual sync: a matching request is approved under the requester; a `spec.strategy` changed

@@ -76,6 +76,29 @@ impl EngineError {
     }
 }
 
+impl EngineError {
+    /// The object the error is about, when it names one.
+    pub fn resource(&self) -> Option<&ObjectKey> {
+        match self {
+            EngineError::Apply { key, .. }
+            | EngineError::Prune { key, .. }
+            | EngineError::Plan { key, .. }
+            | EngineError::NotServed { key } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+impl From<EngineError> for kuvryn_sync_core::failure::StepFailure {
+    fn from(err: EngineError) -> Self {
+        Self {
+            reason: err.reason(),
+            message: err.to_string(),
+            resource: err.resource().cloned().map(Box::new),
+        }
+    }
+}
+
 /// What a dry-run apply found.
 enum DryRun {
     /// The apply would go through; `adopted` lists fields it takes from other managers.

@@ -10,6 +10,7 @@
 //! each desired object as the caller judged it (the controller's HealthCheck rules and kstatus,
 //! on the live state it just read), and the clock.
 
+use kuvryn_sync_core::failure::StepFailure;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -41,6 +42,9 @@ pub struct Rollout<'a> {
     pub timeout: Duration,
     /// How long a CustomResourceDefinition may take to become Established.
     pub crd_timeout: Duration,
+    /// Every group is applied and the prune was announced (the Application's sync state is
+    /// `Pruning`): this step prunes.
+    pub pruning: bool,
 }
 
 /// How one step went.
@@ -50,8 +54,11 @@ pub enum Outcome {
     Requeue(Duration),
     /// Every group is applied and the prune ran; the last group's health is observed after.
     Done,
+    /// Every group is applied and there is something to prune: announce it (sync state
+    /// `Pruning`), then step again with [`Rollout::pruning`] set.
+    Prune,
     /// The attempt failed.
-    Failed { reason: FailureReason, message: String, resource: Option<ObjectKey> },
+    Failed(StepFailure),
 }
 
 /// Judges a desired object's health; `None` when it was not observed.
@@ -77,6 +84,9 @@ impl std::fmt::Debug for Runner<'_> {
 impl Runner<'_> {
     /// Decide the next step of `rollout` and perform it.
     pub async fn step(&self, rollout: &Rollout<'_>) -> Outcome {
+        if rollout.pruning {
+            return self.prune(rollout).await;
+        }
         let groups = self.observe(rollout).await;
         let attempt = Attempt {
             started: rollout.started.clone(),
@@ -89,17 +99,11 @@ impl Runner<'_> {
                 if let Err(err) = self.apply(rollout, &objects).await {
                     return failure(err.reason(), err);
                 }
-                if finishes {
-                    self.prune(rollout).await
-                } else {
-                    Outcome::Requeue(advance::AFTER_APPLY)
-                }
+                if finishes { applied(rollout) } else { Outcome::Requeue(advance::AFTER_APPLY) }
             }
             Next::Wait { after, .. } => Outcome::Requeue(after),
-            Next::Fail { reason, message, resource } => {
-                Outcome::Failed { reason, message, resource }
-            }
-            Next::Done => self.prune(rollout).await,
+            Next::Fail(failure) => Outcome::Failed(failure),
+            Next::Done => applied(rollout),
         }
     }
 
@@ -177,14 +181,12 @@ impl Runner<'_> {
     }
 }
 
+/// Every group is applied: done, or the prune comes next.
+fn applied(rollout: &Rollout<'_>) -> Outcome {
+    if rollout.prune.is_empty() { Outcome::Done } else { Outcome::Prune }
+}
+
 /// `err` as a failed step with `reason`, on the object it names.
 pub fn failure(reason: FailureReason, err: EngineError) -> Outcome {
-    let resource = match &err {
-        EngineError::Apply { key, .. }
-        | EngineError::Prune { key, .. }
-        | EngineError::Plan { key, .. }
-        | EngineError::NotServed { key } => Some(key.clone()),
-        _ => None,
-    };
-    Outcome::Failed { reason, message: err.to_string(), resource }
+    Outcome::Failed(StepFailure { reason, ..StepFailure::from(err) })
 }

@@ -46,6 +46,31 @@ pub fn live_stage(live: &Value) -> Stage {
     }
 }
 
+/// The health of each desired object from its `live` state (by [`object_health`]); an object not
+/// created yet is Progressing.
+pub fn desired_health(
+    rules: &RuleSet,
+    objects: &[crate::desired::DesiredObject],
+    live: &std::collections::BTreeMap<crate::desired::ObjectKey, Value>,
+    now: &Time,
+) -> Vec<rollout::ObjectHealth> {
+    objects
+        .iter()
+        .map(|object| {
+            let (state, message) = match live.get(&object.key) {
+                Some(live) => object_health(rules, object.stage, live, now),
+                None => (HealthState::Progressing, "not created yet".to_owned()),
+            };
+            rollout::ObjectHealth {
+                key: object.key.clone(),
+                api_version: object.object["apiVersion"].as_str().unwrap_or_default().to_owned(),
+                state,
+                message,
+            }
+        })
+        .collect()
+}
+
 /// The invalid rules of HealthChecks for `kinds` (group, kind), each kind once.
 pub fn invalid_rules_for<'a>(
     rules: &RuleSet,
@@ -162,5 +187,28 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].health_check, "bad");
         assert!(invalid_rules_for(&rules, [("example.com", "Gadget")]).is_empty());
+    }
+
+    #[test]
+    fn desired_health_judges_live_objects_and_holds_absent_ones_progressing() {
+        use crate::desired::{DesiredObject, GroupKind, ObjectKey};
+        let object = |name: &str, body: Value| DesiredObject {
+            key: ObjectKey {
+                group_kind: GroupKind::new("apps", "Deployment"),
+                namespace: Some("team".into()),
+                name: name.into(),
+            },
+            stage: Stage::Main,
+            wave: 0,
+            object: body,
+        };
+        let objects = [object("up", deployment("True")), object("absent", deployment("True"))];
+        let live = std::collections::BTreeMap::from([(objects[0].key.clone(), deployment("True"))]);
+        let health = desired_health(&RuleSet::default(), &objects, &live, &now());
+        let states: Vec<_> =
+            health.iter().map(|h| (h.key.name.as_str(), h.state, h.message.as_str())).collect();
+        assert_eq!(states[1], ("absent", HealthState::Progressing, "not created yet"));
+        assert_eq!((states[0].0, states[0].1), ("up", HealthState::Healthy), "{states:?}");
+        assert_eq!(health[0].api_version, "apps/v1");
     }
 }

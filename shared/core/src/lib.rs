@@ -64,7 +64,9 @@ pub use health::{diagnosis, health_rules, kstatus};
 pub use hooks::advance;
 pub use images::{image_policy, image_update, image_writeback};
 pub use plan::{field_manager, inventory, order, prune};
-pub use reconcile::{application, conditions, dependencies, history, rollback, rollout, shards};
+pub use reconcile::{
+    application, conditions, dependencies, failure, history, rollback, rollout, shards,
+};
 pub use render::{desired, helm_values};
 pub use source::{
     checkout, credential_scope, credentials, discovery, oci_name, receiver, repository, url,

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kuvryn_sync_api::{
     Application, ConditionReason, ConditionType, EventReason, FailureReason, NotificationEvent,
     NotificationSinkSpec, SinkType,
@@ -370,23 +369,6 @@ pub fn condition(app: &Application, problems: &[String]) -> Option<NewCondition<
         message: crate::redact::truncate(&message, MAX_MESSAGE),
         observed_generation: app.metadata.generation,
     })
-}
-
-/// Set (or remove) `NotificationsReady` in `decision`'s status, like
-/// [`crate::application::with_dependencies`] does for `DependenciesReady`.
-pub fn with_notifications(
-    decision: crate::application::Decision,
-    app: &Application,
-    condition: Option<NewCondition<'_>>,
-    now: &Time,
-) -> crate::application::Decision {
-    crate::application::with_optional_condition(
-        decision,
-        app,
-        ConditionType::NotificationsReady,
-        condition,
-        now,
-    )
 }
 
 #[cfg(test)]

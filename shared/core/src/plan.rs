@@ -104,6 +104,22 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The objects the plan creates or updates.
+    pub fn changed_keys(&self) -> BTreeSet<ObjectKey> {
+        self.changes
+            .iter()
+            .filter(|c| matches!(c.action, PlanAction::Create | PlanAction::Update))
+            .map(|c| ObjectKey {
+                group_kind: crate::desired::GroupKind::new(
+                    crate::desired::group_of(&c.resource.api_version),
+                    &c.resource.kind,
+                ),
+                namespace: (!c.resource.namespace.is_empty()).then(|| c.resource.namespace.clone()),
+                name: c.resource.name.clone(),
+            })
+            .collect()
+    }
+
     /// The bounded summary a Revision stores.
     pub fn summary(&self) -> PlanSummary {
         let count =

@@ -3,6 +3,7 @@
 pub mod application;
 pub mod conditions;
 pub mod dependencies;
+pub mod failure;
 pub mod history;
 pub mod rollback;
 pub mod rollout;

@@ -24,6 +24,7 @@
 //! 7. Every group complete, or the last group reached with nothing to apply: [`Next::Done`]
 //!    (prune, then the normal health observation).
 
+use crate::failure::StepFailure;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -89,7 +90,7 @@ pub enum Next {
     /// Look again after `after`: `on` is not ready yet.
     Wait { group: usize, on: ObjectKey, after: Duration },
     /// The attempt failed.
-    Fail { reason: FailureReason, message: String, resource: Option<ObjectKey> },
+    Fail(StepFailure),
     /// Everything is applied: prune.
     Done,
 }
@@ -128,14 +129,14 @@ fn crds_first(n: usize, group: &Group, attempt: &Attempt) -> Option<Next> {
         .find(|(_, crd)| !crd.established)?;
     let left = rollout::remaining(&crd.since, attempt.crd_timeout, &attempt.now);
     if left.is_zero() {
-        return Some(Next::Fail {
+        return Some(Next::Fail(StepFailure {
             reason: FailureReason::ApplyFailure,
             message: format!(
                 "CustomResourceDefinition {} did not become Established within {:?}",
                 member.key.name, attempt.crd_timeout
             ),
-            resource: Some(member.key.clone()),
-        });
+            resource: Some(Box::new(member.key.clone())),
+        }));
     }
     Some(Next::Wait { group: n, on: member.key.clone(), after: left.min(WAIT_EVERY) })
 }
@@ -162,16 +163,16 @@ fn wait_healthy(n: usize, group: &Group, attempt: &Attempt) -> Option<Next> {
         } else {
             FailureReason::HookFailed
         };
-        return Some(Next::Fail {
+        return Some(Next::Fail(StepFailure {
             reason,
             message: format!("{} is Degraded: {}", degraded.key, degraded.message),
-            resource: Some(degraded.key.clone()),
-        });
+            resource: Some(Box::new(degraded.key.clone())),
+        }));
     }
     let waiting = group.members.iter().find(pending)?;
     let left = rollout::remaining(&attempt.started, attempt.timeout, &attempt.now);
     if left.is_zero() {
-        return Some(Next::Fail {
+        return Some(Next::Fail(StepFailure {
             reason: FailureReason::TimeoutFailure,
             message: format!(
                 "{} is still {} at the attempt's deadline, so later groups were not applied: {}",
@@ -179,8 +180,8 @@ fn wait_healthy(n: usize, group: &Group, attempt: &Attempt) -> Option<Next> {
                 waiting.state.as_str(),
                 waiting.message
             ),
-            resource: Some(waiting.key.clone()),
-        });
+            resource: Some(Box::new(waiting.key.clone())),
+        }));
     }
     Some(Next::Wait { group: n, on: waiting.key.clone(), after: left.min(WAIT_EVERY) })
 }

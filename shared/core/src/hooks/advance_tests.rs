@@ -1,4 +1,5 @@
 use super::*;
+use crate::failure::StepFailure;
 use HealthState::{Degraded, Healthy, Progressing, Suspended, Unknown};
 use k8s_openapi::jiff::Timestamp;
 
@@ -68,7 +69,7 @@ fn wait(group: usize, on: ObjectKey, seconds: u64) -> Next {
 }
 
 fn fail(reason: FailureReason, message: &str, resource: ObjectKey) -> Next {
-    Next::Fail { reason, message: message.to_owned(), resource: Some(resource) }
+    Next::Fail(StepFailure::new(reason, message).on(resource))
 }
 
 /// A pre-sync hook, wave 0 (a CRD, a Deployment, a custom resource), wave 1 (a ConfigMap) and a

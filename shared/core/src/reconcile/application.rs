@@ -45,7 +45,10 @@ use kuvryn_sync_api::{
 };
 
 use crate::conditions::{self, NewCondition, Status};
+use crate::dependencies;
 use crate::desired::{DesiredState, GroupKind, ObjectKey, Stage, group_of};
+use crate::failure::StepFailure;
+use crate::health_rules::InvalidRule;
 use crate::plan::Plan;
 use crate::prune::{ManagedObject, PrunePlan};
 use crate::redact::{self, Redactor};
@@ -72,8 +75,7 @@ const MAX_NAME: usize = 253;
 pub enum Observation {
     /// The reconcile stopped before a plan existed.
     Failed {
-        reason: FailureReason,
-        message: String,
+        failure: StepFailure,
         /// The service account resolved so far.
         service_account: Option<String>,
         /// The commit resolved so far.
@@ -114,6 +116,28 @@ pub struct Planned {
     /// service account may not list (which might): a recorded kind in neither has nothing left to
     /// prune or watch. `None` when not known.
     pub live_kinds: Option<std::collections::BTreeSet<GroupKind>>,
+}
+
+impl Planned {
+    /// The invalid HealthCheck rules for the kinds this desired state declares.
+    pub fn invalid_rules(&self, rules: &crate::health_rules::RuleSet) -> Vec<InvalidRule> {
+        let kinds = self
+            .desired
+            .objects
+            .iter()
+            .map(|o| (o.key.group_kind.group.as_str(), o.key.group_kind.kind.as_str()));
+        crate::health::invalid_rules_for(rules, kinds)
+    }
+
+    /// The kinds of live objects a completed sync leaves carrying the Application's labels: the
+    /// desired ones, those prune kept, and those it could not list.
+    pub fn kinds_after_sync(&self) -> Vec<GroupKind> {
+        let mut kinds: std::collections::BTreeSet<GroupKind> =
+            self.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
+        kinds.extend(self.prune.keep.iter().map(|(o, _)| o.key.group_kind.clone()));
+        kinds.extend(self.unlisted.iter().cloned());
+        kinds.into_iter().collect()
+    }
 }
 
 /// A rollback being run, or a hold being kept, as the decision needs it.
@@ -172,14 +196,168 @@ pub struct Decision {
     pub others: Vec<RevisionUpdate>,
 }
 
+/// Everything one Application reconcile observed, gathered by the controller before it decides
+/// (nothing here is read again while deciding).
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// `NotificationsReady` as the subscribed sinks read; `None` when the spec subscribes to none.
+    pub sinks: Option<NewCondition<'static>>,
+    /// The dependency verdict and the root causes of the dependencies not ready; `None` without
+    /// `spec.dependsOn`.
+    pub dependencies: Option<(dependencies::Verdict, Vec<Diagnosis>)>,
+    /// How far source, render and plan got; `None` when nothing was observed beyond the spec (a
+    /// suspended Application, or one its dependencies hold back: see [`held_back`]).
+    pub observation: Option<Observation>,
+    /// The rollback course for the commit the spec resolves to, its run, and the Revisions both
+    /// were decided from.
+    pub course: rollback::Course,
+    pub run: Option<Run>,
+    pub revisions: Vec<Revision>,
+    /// The Revision that records an [`unplanned_failure`] of the observation's commit, when one
+    /// exists.
+    pub unplanned: Option<Revision>,
+    /// The HealthCheck rules that are invalid for the kinds planned.
+    pub invalid_rules: Vec<InvalidRule>,
+}
+
+impl Default for Observed {
+    fn default() -> Self {
+        Self {
+            sinks: None,
+            dependencies: None,
+            observation: None,
+            course: rollback::Course::Follow { end_hold: None },
+            run: None,
+            revisions: Vec::new(),
+            unplanned: None,
+            invalid_rules: Vec::new(),
+        }
+    }
+}
+
+/// What [`decide`] is fed: the Application, what its reconcile observed, the reconcile's
+/// redactor and the time.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    pub app: &'a Application,
+    pub observed: &'a Observed,
+    pub redactor: &'a Redactor,
+    pub now: &'a Time,
+}
+
+/// `DependenciesReady` (False) when `app`'s dependencies hold it back: nothing beyond them is
+/// observed or planned then. `None` when none does.
+pub fn held_back(
+    app: &Application,
+    dependencies: Option<&(dependencies::Verdict, Vec<Diagnosis>)>,
+) -> Option<NewCondition<'static>> {
+    let (verdict, _) = dependencies.filter(|(verdict, _)| !verdict.is_ready())?;
+    dependencies::condition(app, verdict)
+}
+
+/// Every write and the one step of an Application reconcile, from what it observed. The rules,
+/// in the order they apply:
+/// 1. A suspended Application records only that its generation was seen.
+/// 2. Dependencies that hold it back: `DependenciesReady=False`, their root causes as the
+///    diagnosis, Ready unchanged, nothing planned ([`wait_for_dependencies`]).
+/// 3. A rollback run whose commit could not be planned is abandoned ([`abandon_unplanned`]);
+///    otherwise the rollout decides from the observation ([`decide_rollout`]).
+/// 4. The rollback course adds its annotations, lifted holds and Events ([`with_course`]).
+/// 5. `DependenciesReady` and `NotificationsReady` are set, or removed when the spec has no
+///    dependencies or sinks.
+/// 6. A reconcile that only reports warns once of each HealthCheck that became invalid for a
+///    managed kind ([`newly_invalid_health_checks`]).
+/// 7. A commit that could not be rendered, decrypted or validated is recorded on its own
+///    Revision ([`with_unplanned_revision`]).
+pub fn decide(inputs: &Inputs<'_>) -> Decision {
+    let Inputs { app, observed, redactor, now } = *inputs;
+    if app.spec.suspend {
+        return suspended(app);
+    }
+    let with_sinks = |decision| {
+        let sinks = observed.sinks.clone();
+        with_optional_condition(decision, app, ConditionType::NotificationsReady, sinks, now)
+    };
+    let dependencies = observed.dependencies.as_ref();
+    let Some(observation) = observed.observation.as_ref() else {
+        let decision = match held_back(app, dependencies) {
+            Some(condition) => {
+                let causes = dependencies.map(|(_, causes)| causes.clone()).unwrap_or_default();
+                wait_for_dependencies(app, condition, causes, now)
+            }
+            None => unchanged(app),
+        };
+        return with_sinks(decision);
+    };
+    let abandoned = match (observation, &observed.run) {
+        (Observation::Failed { failure, .. }, Some(run)) => {
+            abandon_unplanned(app, run, failure.reason, &failure.message, redactor, now)
+        }
+        _ => None,
+    };
+    let decided = abandoned.unwrap_or_else(|| decide_rollout(app, observation, redactor, now));
+    let decision = with_course(decided, app, &observed.course, &observed.revisions);
+    let condition = dependencies.and_then(|(verdict, _)| dependencies::condition(app, verdict));
+    let mut decision = with_sinks(with_dependencies(decision, app, condition, now));
+    if let (Step::Report, Observation::Planned(_)) = (&decision.step, observation) {
+        decision.events.extend(newly_invalid_health_checks(app, &observed.invalid_rules));
+    }
+    let unplanned = observed.unplanned.as_ref();
+    with_unplanned_revision(decision, app, observation, unplanned, redactor, now)
+}
+
+/// A suspended Application: nothing is applied, pruned or repaired; the status records only the
+/// generation seen.
+fn suspended(app: &Application) -> Decision {
+    let current = app.status.clone().unwrap_or_default();
+    let mut status = current.clone();
+    status.observed_generation = app.metadata.generation;
+    finish(current, status, None, Vec::new(), Step::Report)
+}
+
+/// A decision that writes nothing.
+fn unchanged(app: &Application) -> Decision {
+    let current = app.status.clone().unwrap_or_default();
+    finish(current.clone(), current, None, Vec::new(), Step::Report)
+}
+
+/// One `InvalidHealthCheck` Warning per HealthCheck rule in `invalid` (a sync step warns of
+/// those invalid for the kinds it applied, once per attempt).
+pub fn invalid_health_checks(invalid: &[InvalidRule]) -> Vec<(EventReason, String)> {
+    invalid.iter().map(invalid_health_check_event).collect()
+}
+
+/// For a reconcile that does not sync (the Application already runs its commit): one
+/// `InvalidHealthCheck` Warning per invalid rule that the Ready condition does not name yet. The
+/// condition names the HealthCheck once the object is held Progressing, so a HealthCheck that
+/// turns invalid under a synced Application is reported once, not on every reconcile.
+fn newly_invalid_health_checks(
+    app: &Application,
+    invalid: &[InvalidRule],
+) -> Vec<(EventReason, String)> {
+    let ready =
+        app.status.as_ref().and_then(|s| conditions::get(&s.conditions, ConditionType::Ready));
+    let named = |rule: &&InvalidRule| ready.is_some_and(|c| c.message.contains(&rule.health_check));
+    invalid.iter().filter(|rule| !named(rule)).map(invalid_health_check_event).collect()
+}
+
+fn invalid_health_check_event(invalid: &InvalidRule) -> (EventReason, String) {
+    let message = format!(
+        "HealthCheck {} {}; objects of its kind are Progressing (HealthCheckFailed) until it is \
+         fixed",
+        invalid.health_check, invalid.denial
+    );
+    (EventReason::InvalidHealthCheck, message)
+}
+
 /// How a sync step went.
 #[derive(Clone, Debug, PartialEq)]
 pub enum SyncOutcome {
     /// Applied and pruned; `live_kinds` are the kinds of live objects left carrying the
     /// Application's labels (desired ones and those prune kept).
     Done { live_kinds: Vec<GroupKind> },
-    /// Failed for `reason`, on `resource` when one is known.
-    Failed { reason: FailureReason, message: String, resource: Option<ObjectKey> },
+    /// Failed for a reason, on a resource when one is known.
+    Failed(StepFailure),
 }
 
 /// The statuses and Events after a sync step.
@@ -214,8 +392,9 @@ pub fn revision_name(application: &str, commit: &str, hash: &str) -> String {
     format!("{head}{tail}")
 }
 
-/// Decide the writes and the step for `app` after `observation`, at `now`.
-pub fn decide(
+/// The rollout's part of [`decide`]: the writes and the step for `app` after `observation`, at
+/// `now`.
+fn decide_rollout(
     app: &Application,
     observation: &Observation,
     redactor: &Redactor,
@@ -225,7 +404,11 @@ pub fn decide(
     let mut status = current.clone();
     status.observed_generation = app.metadata.generation;
     let mut decision = match observation {
-        Observation::Failed { reason, message, service_account, commit } => {
+        Observation::Failed {
+            failure: StepFailure { reason, message, .. },
+            service_account,
+            commit,
+        } => {
             if let Some(sa) = service_account {
                 status.service_account_name = Some(sa.clone());
             }
@@ -386,13 +569,13 @@ fn report_drift(
 pub fn failing_source(
     repository: &str,
     conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-) -> Option<(FailureReason, String)> {
+) -> Option<StepFailure> {
     let ready = conditions::get(conditions, ConditionType::Ready)?;
     let reason = ready.reason.parse::<FailureReason>().ok()?;
     let source =
         matches!(reason, FailureReason::SourceFailure | FailureReason::AuthenticationFailure);
     (ready.status == "False" && source)
-        .then(|| (reason, format!("Repository {repository}: {}", ready.message)))
+        .then(|| StepFailure::new(reason, format!("Repository {repository}: {}", ready.message)))
 }
 
 /// Whether the plan changes anything.
@@ -1099,7 +1282,7 @@ pub fn previous_healthy(revisions: &[Revision], current: &str) -> Option<String>
 
 /// The Application waits for its dependencies (`spec.dependsOn`): `DependenciesReady` is
 /// `condition` (False), nothing is planned, and Ready keeps its value.
-pub fn wait_for_dependencies(
+fn wait_for_dependencies(
     app: &Application,
     condition: NewCondition<'_>,
     causes: Vec<Diagnosis>,
@@ -1124,7 +1307,7 @@ pub fn wait_for_dependencies(
 
 /// `decision` with `DependenciesReady` set to `condition`, or removed when `None` (an
 /// Application without `spec.dependsOn` has no such condition).
-pub fn with_dependencies(
+fn with_dependencies(
     decision: Decision,
     app: &Application,
     condition: Option<NewCondition<'_>>,
@@ -1136,7 +1319,7 @@ pub fn with_dependencies(
 /// `decision` with the condition `type_` set to `condition`, or removed when `None`: for the
 /// conditions present only when the spec asks for them (`DependenciesReady`,
 /// `NotificationsReady`). The status is written only when this or the decision changed it.
-pub fn with_optional_condition(
+fn with_optional_condition(
     mut decision: Decision,
     app: &Application,
     type_: ConditionType,
@@ -1204,7 +1387,7 @@ pub fn run_for(
 
 /// A rollback run whose target failed before a plan existed (its render, validation or dry
 /// run): nothing was applied, and it is abandoned with that failure's reason.
-pub fn abandon_unplanned(
+fn abandon_unplanned(
     app: &Application,
     run: &Run,
     reason: FailureReason,
@@ -1229,7 +1412,7 @@ pub fn abandon_unplanned(
 /// removed when a new commit ended its hold (ruling 10), a hold lifted by a rollback to the
 /// held commit (`RollbackHoldLifted`, its Revisions of `revisions` lose `RolledBack=True`), a request with nothing to roll back from removed
 /// (`RollbackAbandoned`). The decision's own annotation changes win.
-pub fn with_course(
+fn with_course(
     mut decision: Decision,
     app: &Application,
     course: &rollback::Course,
@@ -1296,7 +1479,7 @@ pub fn with_course(
 /// group is applied, and no conflict has appeared that `conflictPolicy: fail` refuses (that is a
 /// new attempt's `ConflictFailure`, as before the first group).
 fn under_way(app: &Application, current: &ApplicationStatus, planned: &Planned) -> bool {
-    current.sync.state == SyncState::Applying
+    matches!(current.sync.state, SyncState::Applying | SyncState::Pruning)
         && (planned.plan.conflicts.is_empty()
             || app.spec.sync.conflict_policy == ConflictPolicy::Adopt)
 }
@@ -1319,6 +1502,15 @@ fn continue_attempt(
     let mut decision = finish(current, status, revision.filter(|_| changed), Vec::new(), step);
     decision.requeue_after = Some(rollout::OBSERVE_EVERY);
     decision
+}
+
+/// The Application status that announces the prune of an attempt whose groups are all applied:
+/// sync state `Pruning` (from the status `decision` writes, or the stored one). The next step
+/// prunes; the attempt stays under way until it settles.
+pub fn announce_prune(app: &Application, decision: &Decision, now: &Time) -> ApplicationStatus {
+    let mut status = decision.status.clone().or_else(|| app.status.clone()).unwrap_or_default();
+    set_sync(&mut status, SyncState::Pruning, now);
+    status
 }
 
 /// `status.hooks` during the sync step: each hook that exists, by its health; a hook the plan
@@ -1379,9 +1571,10 @@ pub fn settle(
                 inventory::kinds_after_sync(&status.managed_kinds, &planned.desired.objects, &live);
             // Ready keeps its value while the rollout progresses; health decides it next.
         }
-        SyncOutcome::Failed { reason, message, resource } => {
+        SyncOutcome::Failed(StepFailure { reason, message, resource }) => {
             let message = clean(redactor, message);
-            fail_revision(&mut revision, *reason, &message, resource.clone(), &planned.plan, now);
+            let on = resource.as_deref().cloned();
+            fail_revision(&mut revision, *reason, &message, on, &planned.plan, now);
             if let Some(hook) = resource.as_ref().filter(|key| is_hook(planned, key)) {
                 record_failed_hook(&mut revision, planned, hook, &message);
             }
@@ -1849,13 +2042,16 @@ pub fn unplanned_revision_name(application: &str, commit: &str) -> String {
 /// about the commit, and a Revision per hiccup would bury the history.
 pub fn unplanned_failure(observation: &Observation) -> Option<(&str, FailureReason, &str)> {
     match observation {
-        Observation::Failed { reason, message, commit: Some(commit), .. }
-            if matches!(
-                reason,
-                FailureReason::RenderFailure
-                    | FailureReason::DecryptionFailure
-                    | FailureReason::ValidationFailure
-            ) =>
+        Observation::Failed {
+            failure: StepFailure { reason, message, .. },
+            commit: Some(commit),
+            ..
+        } if matches!(
+            reason,
+            FailureReason::RenderFailure
+                | FailureReason::DecryptionFailure
+                | FailureReason::ValidationFailure
+        ) =>
         {
             Some((commit.as_str(), *reason, message.as_str()))
         }
@@ -1869,7 +2065,7 @@ pub fn unplanned_failure(observation: &Observation) -> Option<(&str, FailureReas
 /// `RenderFailure`, `DecryptionFailure`... on a Revision), counting an attempt each time the
 /// failure changes. Nothing is written when `existing` already records this failure, so a
 /// failure that repeats does not rewrite it.
-pub fn with_unplanned_revision(
+fn with_unplanned_revision(
     mut decision: Decision,
     app: &Application,
     observation: &Observation,

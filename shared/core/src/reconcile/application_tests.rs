@@ -212,8 +212,7 @@ fn failed(
     commit: Option<&str>,
 ) -> Observation {
     Observation::Failed {
-        reason,
-        message: message.to_owned(),
+        failure: StepFailure::new(reason, message),
         service_account: service_account.map(str::to_owned),
         commit: commit.map(str::to_owned),
     }
@@ -224,7 +223,7 @@ fn first_sync(app: &Application) -> (Planned, Decision) {
     let state = web();
     let prune = prune_for(&state, &live_before_first_sync());
     let planned_state = planned_with(&state, absent, prune, None);
-    let decision = decide(app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let decision = decide_rollout(app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert!(matches!(decision.step, Step::Sync { .. }), "{:?}", decision.step);
     (planned_state, decision)
 }
@@ -417,7 +416,7 @@ fn failures_before_a_plan_set_ready_false_once_with_a_redacted_message() {
     for (n, (observation, events, written, reason, message, sa, commit)) in
         rows.into_iter().enumerate()
     {
-        let d = decide(&app, &observation, &redactor, &at(100 + n as i64));
+        let d = decide_rollout(&app, &observation, &redactor, &at(100 + n as i64));
         assert_eq!(reasons(&d.events), events, "step {n}");
         assert_eq!(d.status.is_some(), written, "step {n}");
         assert_eq!(d.step, Step::Report, "step {n}");
@@ -449,7 +448,7 @@ fn failures_before_a_plan_set_ready_false_once_with_a_redacted_message() {
 
 fn observation_reason(observation: &Observation) -> FailureReason {
     match observation {
-        Observation::Failed { reason, .. } => *reason,
+        Observation::Failed { failure, .. } => failure.reason,
         Observation::Planned(_) => panic!("not a failure"),
     }
 }
@@ -457,7 +456,7 @@ fn observation_reason(observation: &Observation) -> FailureReason {
 #[test]
 fn long_failure_messages_are_truncated() {
     let message = "x".repeat(5000);
-    let d = decide(
+    let d = decide_rollout(
         &automatic(),
         &failed(FailureReason::PlanFailure, &message, None, None),
         &Redactor::new(),
@@ -482,7 +481,7 @@ fn a_new_desired_state_under_automatic_sync_records_the_inventory_then_syncs() {
     assert_eq!(prune.delete, vec![managed("v1", "ConfigMap", "old")]);
     let mut planned_state = planned_with(&state, absent, prune, None);
     planned_state.unlisted = vec![GroupKind::new("batch", "Job")];
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
 
     assert_eq!(d.step, Step::Sync { prune: vec![managed("v1", "ConfigMap", "old")] });
     assert_eq!(d.requeue_after, Some(rollout::OBSERVE_EVERY), "the rollout is observed next");
@@ -604,7 +603,7 @@ fn prune_events_go_out_only_when_prune_keeps_something_or_cannot_list_a_kind() {
         let state = web();
         let mut planned_state = planned_with(&state, absent, prune_for(&state, &live), None);
         planned_state.unlisted = unlisted;
-        let d = decide(&automatic(), &planned(&planned_state), &Redactor::new(), &at(1));
+        let d = decide_rollout(&automatic(), &planned(&planned_state), &Redactor::new(), &at(1));
         assert_eq!(reasons(&d.events), expected, "row {n}");
         assert_eq!(d.step, Step::Sync { prune: planned_state.prune.delete.clone() }, "row {n}");
         if let Some((_, message)) =
@@ -626,7 +625,7 @@ fn a_known_inventory_is_kept_and_still_written_before_the_sync() {
     app.status = Some(ApplicationStatus { managed_kinds: known.clone(), ..Default::default() });
     let state = web();
     let planned_state = planned_with(&state, absent, PrunePlan::default(), None);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(1));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(1));
     let status = d.status.expect("written: it carries the sync state");
     assert_eq!(status.managed_kinds, known);
     assert_eq!(status.sync.state, SyncState::Applying);
@@ -665,7 +664,7 @@ fn manual_sync_plans_and_waits_for_approval_once() {
         (30, vec![], false),
     ];
     for (n, (now, events, written)) in rows.into_iter().enumerate() {
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(now));
+        let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(now));
         assert_eq!(d.events, events, "step {n}");
         assert_eq!(d.step, Step::Report, "step {n}");
         assert_eq!(d.status.is_some(), written, "step {n}");
@@ -708,7 +707,7 @@ fn conflicts_fail_the_revision_under_fail_and_are_taken_over_under_adopt() {
 
     // conflictPolicy: fail (the default).
     let app = application(json!({"automatic": true}), 1);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(d.step, Step::Report);
     assert_eq!(d.requeue_after, Some(rollout::FIRST_BACKOFF), "look again after the backoff");
     assert_eq!(reasons(&d.events), vec!["PlanCreated", "ConflictFailure"]);
@@ -744,7 +743,7 @@ fn conflicts_fail_the_revision_under_fail_and_are_taken_over_under_adopt() {
 
     // conflictPolicy: adopt.
     let app = application(json!({"automatic": true, "conflictPolicy": "adopt"}), 1);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(d.step, Step::Sync { prune: vec![] });
     assert_eq!(d.requeue_after, Some(rollout::OBSERVE_EVERY));
     assert_eq!(reasons(&d.events), vec!["PlanCreated", "DeploymentStarted"]);
@@ -970,7 +969,7 @@ fn an_applied_revision_is_in_sync_drifted_or_healed() {
         let mut planned_state =
             planned_with(&state, found, prune_for(&state, &live), Some(revision.clone()));
         planned_state.health = web_health(Healthy, api);
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(50));
+        let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(50));
         let row = format!("row {n}: {phase:?} selfHeal={self_heal} {start:?} {api:?}");
         assert_eq!(reasons(&d.events), events, "{row}");
         assert_eq!(d.status.is_some(), written, "{row}");
@@ -1021,7 +1020,7 @@ fn diagnosis_is_kept_while_drift_is_reported() {
     let state = web();
     let revision = stored(&decision, settled.revision.clone());
     let planned_state = planned_with(&state, drifted, PrunePlan::default(), Some(revision));
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     let status = d.status.expect("written");
     assert_eq!(status.sync.state, SyncState::Drifted);
     assert_eq!(status.diagnosis, vec![diagnosis()]);
@@ -1071,11 +1070,11 @@ enum Reported {
 fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_left() {
     let base = automatic();
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "admission webhook denied the request".into(),
-        resource: Some(key("apps", "Deployment", "api")),
-    };
+        resource: Some(Box::new(key("apps", "Deployment", "api"))),
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     assert_eq!(settled.revision.attempts, 1);
     assert_eq!(settled.revision.completed_at, Some(at(20)));
@@ -1148,7 +1147,7 @@ fn a_failed_revision_is_retried_only_after_a_spec_change_or_while_attempts_are_l
         }
         let planned_state =
             planned_with(&state, unchanged, prune_for(&state, &live), Some(revision));
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(now));
+        let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(now));
         let row = format!(
             "row {n}: generation {generation}, maxAttempts {max_attempts}, retryable {retryable}, \
              attempts {attempts}, {reported:?}, at {now}, abandoned {abandoned}"
@@ -1295,11 +1294,11 @@ fn a_failed_sync_fails_the_revision_with_the_resource_and_a_redacted_message() {
     let (first, decision) = first_sync(&app);
     let mut redactor = Redactor::new();
     redactor.add_secret(CANARY);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: format!("Deployment web/api: admission webhook denied: env DB_PASSWORD={CANARY}"),
-        resource: Some(key("apps", "Deployment", "api")),
-    };
+        resource: Some(Box::new(key("apps", "Deployment", "api"))),
+    });
     let settled = settle(&app, &decision, &first, &outcome, &redactor, &at(20));
     let masked = "Deployment web/api: admission webhook denied: env DB_PASSWORD=***";
     assert_eq!(settled.revision.phase, Some(RevisionPhase::Failed));
@@ -1344,11 +1343,11 @@ fn a_failed_sync_fails_the_revision_with_the_resource_and_a_redacted_message() {
     );
 
     // A failure without a known resource names none.
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::PruneFailure,
         message: "prune failed".into(),
         resource: None,
-    };
+    });
     let settled = settle(&app, &decision, &first, &outcome, &redactor, &at(20));
     let failure = settled.revision.failure.expect("failure");
     assert_eq!(
@@ -1401,14 +1400,14 @@ fn a_persisting_conflict_is_not_rewritten_on_every_reconcile() {
     let mut app = application(json!({"automatic": true}), 1);
     let state = web();
     let mut planned_state = planned_with(&state, conflicting, PrunePlan::default(), None);
-    let first = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let first = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(revision_status(&first).phase, Some(RevisionPhase::Failed));
     assert_eq!(first.requeue_after, Some(rollout::backoff(1)));
     app.status = first.status.clone();
     planned_state.revision = first.revision.clone();
     // The other manager still holds the field: the same conflict, nothing new to write while the
     // backoff runs.
-    let again = decide(&app, &planned(&planned_state), &Redactor::new(), &at(15));
+    let again = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(15));
     assert_eq!(again.step, Step::Report);
     assert!(again.events.is_empty(), "{:?}", again.events);
     assert!(again.status.is_none());
@@ -1420,7 +1419,7 @@ fn a_persisting_conflict_is_not_rewritten_on_every_reconcile() {
     assert_eq!(again.requeue_after, Some(Duration::from_secs(5)));
     assert_eq!(revision_status(&first).attempts, 1, "the conflicting attempt counts");
     // The backoff is over and the one attempt is used: retries stop, once.
-    let blocked = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    let blocked = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(20));
     assert_eq!(blocked.step, Step::Report);
     assert!(blocked.revision.is_none(), "the Failed Revision is not rewritten");
     assert_eq!(reasons(&blocked.events), vec!["RetryBlocked"]);
@@ -1441,7 +1440,7 @@ fn a_persisting_conflict_is_not_rewritten_on_every_reconcile() {
     assert_eq!(blocked.events[0].1, condition.message);
     app.status = Some(status);
     for now in [30, 600] {
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(now));
+        let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(now));
         assert_eq!(d.step, Step::Report, "at {now}");
         assert!(d.events.is_empty(), "at {now}: {:?}", d.events);
         assert!(d.status.is_none(), "at {now}");
@@ -1459,13 +1458,13 @@ fn a_failure_resource_takes_the_api_version_of_its_own_group() {
     ]);
     let app = automatic();
     let planned_state = planned_with(&state, absent, PrunePlan::default(), None);
-    let decision = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let decision = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     for (group, api_version) in [("", "v1"), ("serving.knative.dev", "serving.knative.dev/v1")] {
-        let outcome = SyncOutcome::Failed {
+        let outcome = SyncOutcome::Failed(StepFailure {
             reason: FailureReason::ApplyFailure,
             message: "refused".into(),
-            resource: Some(key(group, "Service", "web")),
-        };
+            resource: Some(Box::new(key(group, "Service", "web"))),
+        });
         let settled = settle(&app, &decision, &planned_state, &outcome, &Redactor::new(), &at(20));
         let resource = settled.revision.failure.and_then(|f| f.resource).expect("a resource");
         assert_eq!(resource.api_version, api_version, "{group}");
@@ -1479,7 +1478,7 @@ fn every_event_message_is_bounded() {
     planned_state.unlisted = (0..80)
         .map(|n| GroupKind::new("monitoring.example-platform.io", &format!("ServiceMonitor{n}")))
         .collect();
-    let d = decide(&automatic(), &planned(&planned_state), &Redactor::new(), &at(1));
+    let d = decide_rollout(&automatic(), &planned(&planned_state), &Redactor::new(), &at(1));
     assert_eq!(
         reasons(&d.events),
         vec!["PlanCreated", "DeploymentStarted", "PruneInventoryIncomplete"]
@@ -1498,17 +1497,17 @@ fn every_event_message_is_bounded() {
 fn a_spec_change_after_the_failure_allows_a_retry_even_after_a_failure_before_the_plan() {
     let base = automatic();
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::Forbidden,
         message: "deployer may not patch deployments".into(),
-        resource: Some(key("apps", "Deployment", "api")),
-    };
+        resource: Some(Box::new(key("apps", "Deployment", "api"))),
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     // The user fixes the spec (generation 2); the next reconcile hits a transient source failure.
     let mut app = automatic();
     app.metadata.generation = Some(2);
     app.status = Some(settled.status.clone());
-    let transient = decide(
+    let transient = decide_rollout(
         &app,
         &failed(FailureReason::SourceFailure, "connection reset", None, None),
         &Redactor::new(),
@@ -1519,7 +1518,7 @@ fn a_spec_change_after_the_failure_allows_a_retry_even_after_a_failure_before_th
     let state = web();
     let revision = stored(&decision, settled.revision.clone());
     let planned_state = planned_with(&state, unchanged, PrunePlan::default(), Some(revision));
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(40));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(40));
     assert_eq!(d.step, Step::Sync { prune: vec![] });
     assert_eq!(revision_status(&d).attempts, 2);
 }
@@ -1534,7 +1533,7 @@ fn diagnosis_is_cleared_when_a_reconcile_fails_before_health_is_observed() {
         app
     };
     // A failure before the plan.
-    let d = decide(
+    let d = decide_rollout(
         &with_diagnosis(),
         &failed(FailureReason::SourceFailure, "down", None, None),
         &Redactor::new(),
@@ -1543,16 +1542,16 @@ fn diagnosis_is_cleared_when_a_reconcile_fails_before_health_is_observed() {
     assert_eq!(d.status.expect("written").diagnosis, vec![], "SourceFailure");
     // A conflict.
     let planned_state = planned_with(&web(), conflicting, PrunePlan::default(), None);
-    let d = decide(&with_diagnosis(), &planned(&planned_state), &Redactor::new(), &at(1));
+    let d = decide_rollout(&with_diagnosis(), &planned(&planned_state), &Redactor::new(), &at(1));
     assert_eq!(d.status.expect("written").diagnosis, vec![], "ConflictFailure");
     // An apply failure.
     let app = with_diagnosis();
     let (first, decision) = first_sync(&app);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "refused".into(),
         resource: None,
-    };
+    });
     let settled = settle(&app, &decision, &first, &outcome, &Redactor::new(), &at(20));
     assert_eq!(settled.status.diagnosis, vec![], "ApplyFailure");
 }
@@ -1620,7 +1619,7 @@ fn reconcile(
 ) -> Decision {
     let mut planned_state = planned_with(&web(), unchanged, PrunePlan::default(), Some(revision));
     planned_state.health = health;
-    decide(app, &planned(&planned_state), &Redactor::new(), &at(now))
+    decide_rollout(app, &planned(&planned_state), &Redactor::new(), &at(now))
 }
 
 /// [`reconcile`] where the controller's analysis finds [`diagnosis`] whenever a resource is not
@@ -1635,7 +1634,7 @@ fn reconcile_with_causes(
     let unhealthy = health.iter().any(|h| !rollout::is_done(h.state));
     planned_state.diagnosis = if unhealthy { vec![diagnosis()] } else { Vec::new() };
     planned_state.health = health;
-    decide(app, &planned(&planned_state), &Redactor::new(), &at(now))
+    decide_rollout(app, &planned(&planned_state), &Redactor::new(), &at(now))
 }
 
 /// After [`applied`]: the Revision once its rollout completed (at 30), and the Application status
@@ -2170,13 +2169,13 @@ fn ready_keeps_its_value_while_a_rollout_is_planned_applied_awaits_approval_or_p
             let digest = || planned_with(&state, absent, PrunePlan::default(), None).plan.digest;
             let fresh = |app: &Application| {
                 let planned_state = planned_with(&state, absent, PrunePlan::default(), None);
-                decide(app, &planned(&planned_state), &Redactor::new(), &at(30))
+                decide_rollout(app, &planned(&planned_state), &Redactor::new(), &at(30))
             };
             let drift = |app: &Application, revision: Revision| {
                 let mut planned_state =
                     planned_with(&state, drifted, PrunePlan::default(), Some(revision));
                 planned_state.health = web_health(HealthState::Healthy, HealthState::Healthy);
-                decide(app, &planned(&planned_state), &Redactor::new(), &at(50))
+                decide_rollout(app, &planned(&planned_state), &Redactor::new(), &at(50))
             };
             let observing = || stored(&decision, settled.revision.clone());
             // (the decision, or the settled status of a sync)
@@ -2282,7 +2281,7 @@ fn every_ready_the_decision_computes_carries_the_generation_it_was_computed_for(
     let mut cases: Vec<Case> = vec![
         (
             "a failure before the plan",
-            written(decide(
+            written(decide_rollout(
                 &fresh,
                 &failed(FailureReason::SourceFailure, "down", None, None),
                 &Redactor::new(),
@@ -2292,7 +2291,7 @@ fn every_ready_the_decision_computes_carries_the_generation_it_was_computed_for(
         ),
         (
             "a conflict",
-            written(decide(
+            written(decide_rollout(
                 &fresh,
                 &planned(&planned_with(&web(), conflicting, PrunePlan::default(), None)),
                 &Redactor::new(),
@@ -2338,11 +2337,11 @@ fn every_ready_the_decision_computes_carries_the_generation_it_was_computed_for(
     ];
     // A failed sync step.
     let (first, d) = first_sync(&fresh);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "no".into(),
         resource: None,
-    };
+    });
     let failed_sync = settle(&fresh, &d, &first, &outcome, &Redactor::new(), &at(20));
     cases.push(("a failed sync", failed_sync.status.clone(), ("False", "ApplyFailure")));
     // Retries blocked: the failure was reported for generation 3 too.
@@ -2353,7 +2352,7 @@ fn every_ready_the_decision_computes_carries_the_generation_it_was_computed_for(
         planned_with(&web(), unchanged, PrunePlan::default(), Some(failed_revision));
     cases.push((
         "retries blocked",
-        written(decide(&blocked_app, &planned(&planned_state), &Redactor::new(), &at(30))),
+        written(decide_rollout(&blocked_app, &planned(&planned_state), &Redactor::new(), &at(30))),
         ("False", "RetryBlocked"),
     ));
     for (case, status, (value, reason)) in cases {
@@ -2403,7 +2402,7 @@ fn an_approval_of_the_plan_digest_syncs_and_covers_the_retries() {
     };
 
     // Planned: waits, naming the digest to approve.
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(
         d.events[1],
         (
@@ -2415,7 +2414,7 @@ fn an_approval_of_the_plan_digest_syncs_and_covers_the_retries() {
 
     // An approval of another plan digest: stale, and the Revision waits again.
     approve(&mut app, &name, "sha256:0000", None);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(20));
     assert_eq!(d.step, Step::Report);
     assert_eq!(reasons(&d.events), vec!["ApprovalStale"]);
     assert_eq!(
@@ -2435,13 +2434,13 @@ fn an_approval_of_the_plan_digest_syncs_and_covers_the_retries() {
 
     // An approval of another Revision does not cover this one.
     approve(&mut app, "web-another-revision", &digest, None);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(25));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(25));
     assert_eq!((d.step.clone(), d.events.len()), (Step::Report, 0));
     assert_eq!(revision_status(&d).phase, Some(RevisionPhase::AwaitingApproval));
 
     // Approved: the audit record goes to the Revision, and the attempt starts.
     approve(&mut app, &name, &digest, Some("2026-01-02T03:04:05Z"));
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     assert_eq!(d.step, Step::Sync { prune: vec![managed("v1", "ConfigMap", "old")] });
     assert_eq!(reasons(&d.events), vec!["DeploymentStarted", "PruneSkipped"]);
     let record = Approval {
@@ -2462,11 +2461,11 @@ fn an_approval_of_the_plan_digest_syncs_and_covers_the_retries() {
     feed(&mut app, &mut planned_state, &d);
 
     // The attempt fails; the approval stays on the Revision.
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "refused".into(),
         resource: None,
-    };
+    });
     let settled = settle(&app, &applying, &planned_state, &outcome, &Redactor::new(), &at(40));
     assert_eq!(settled.revision.approval.as_ref(), Some(&record));
     app.status = Some(settled.status.clone());
@@ -2482,11 +2481,11 @@ fn an_approval_of_the_plan_digest_syncs_and_covers_the_retries() {
             Some((revision, digest)) => approve(&mut app, revision, digest, None),
         }
         let row = format!("{annotations:?}");
-        let waits = decide(&app, &planned(&planned_state), &Redactor::new(), &at(45));
+        let waits = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(45));
         assert_eq!(waits.step, Step::Report, "{row}");
         assert_eq!(waits.requeue_after, Some(Duration::from_secs(5)), "{row}");
         assert!(waits.events.is_empty() && waits.revision.is_none(), "{row}");
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(50));
+        let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(50));
         assert_eq!(d.step, Step::Sync { prune: vec![managed("v1", "ConfigMap", "old")] }, "{row}");
         assert_eq!(reasons(&d.events), vec!["DeploymentStarted", "PruneSkipped"], "{row}");
         let rs = revision_status(&d);
@@ -2505,7 +2504,7 @@ fn an_approval_whose_audit_record_was_removed_is_no_approval() {
     let mut app = application(json!({"automatic": false}), 1);
     approve(&mut app, &name, &planned_state.plan.digest, None);
     app.metadata.annotations.as_mut().expect("annotations").remove(keys::APPROVED_AT);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     assert_eq!(d.step, Step::Report);
     assert_eq!(reasons(&d.events), vec!["PlanCreated", "ApprovalRequired"]);
     let rs = revision_status(&d);
@@ -2513,7 +2512,7 @@ fn an_approval_whose_audit_record_was_removed_is_no_approval() {
 
     // With the record, the same approval syncs and is recorded as the webhook wrote it.
     approve(&mut app, &name, &planned_state.plan.digest, Some("2026-12-01T10:00:00Z"));
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     assert_eq!(d.step, Step::Sync { prune: vec![] });
     assert_eq!(reasons(&d.events), vec!["PlanCreated", "DeploymentStarted"]);
     let approval = revision_status(&d).approval.clone().expect("recorded");
@@ -2525,7 +2524,7 @@ fn an_approval_whose_audit_record_was_removed_is_no_approval() {
     // approved-by removed: no approval either.
     let annotations = app.metadata.annotations.as_mut().expect("annotations");
     annotations.remove(keys::APPROVED_BY);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     assert_eq!(d.step, Step::Report);
 }
 
@@ -2600,11 +2599,11 @@ fn diagnosis_is_cleared_when_the_rollout_completes_healthy_and_kept_while_it_is_
 fn diagnosis_is_cleared_when_retries_are_blocked_after_an_apply_failure() {
     let base = automatic();
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "refused".into(),
         resource: None,
-    };
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     let mut app = automatic();
     let mut status = settled.status.clone();
@@ -2616,7 +2615,7 @@ fn diagnosis_is_cleared_when_retries_are_blocked_after_an_apply_failure() {
         PrunePlan::default(),
         Some(stored(&decision, settled.revision.clone())),
     );
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     let status = d.status.expect("written");
     assert_eq!(ready(&status).map(|c| c.reason.as_str()), Some("RetryBlocked"));
     assert_eq!(status.diagnosis, vec![]);
@@ -2706,16 +2705,16 @@ fn diagnosis_is_cleared_when_a_finished_rollout_recovers() {
 fn a_failure_before_the_plan_does_not_reset_the_backoff_or_the_attempts() {
     let base = automatic(); // maxAttempts 1
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "admission webhook denied the request".into(),
         resource: None,
-    };
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     let mut app = automatic();
     app.status = Some(settled.status.clone());
     // A transient source failure at the same generation, then the source is back.
-    let transient = decide(
+    let transient = decide_rollout(
         &app,
         &failed(FailureReason::SourceFailure, "connection reset", None, None),
         &Redactor::new(),
@@ -2724,10 +2723,10 @@ fn a_failure_before_the_plan_does_not_reset_the_backoff_or_the_attempts() {
     app.status = transient.status.clone();
     let revision = stored(&decision, settled.revision.clone());
     let planned_state = planned_with(&web(), unchanged, PrunePlan::default(), Some(revision));
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(25));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(25));
     assert_eq!(d.step, Step::Report, "the one attempt is used, and the backoff runs until 30");
     assert!(d.revision.is_none(), "{:?}", d.revision.and_then(|r| r.status).map(|s| s.attempts));
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     assert_eq!(d.step, Step::Report, "retries stop with RetryBlocked");
     let status = d.status.expect("written");
     assert_eq!(ready(&status).map(|c| c.reason.as_str()), Some("RetryBlocked"));
@@ -2740,11 +2739,11 @@ fn a_stale_approval_is_reported_once() {
     let mut planned_state = planned_with(&state, absent, PrunePlan::default(), None);
     let name = revision_name(APP, C1, &state.hash);
     approve(&mut app, &name, "sha256:0000", None);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(reasons(&d.events), vec!["PlanCreated", "ApprovalStale"]);
     app.status = d.status.clone();
     planned_state.revision = d.revision.clone();
-    let again = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    let again = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(20));
     assert_eq!(again.step, Step::Report);
     assert!(again.events.is_empty(), "{:?}", again.events);
 }
@@ -2754,11 +2753,11 @@ fn retry_blocked_and_approval_stale_messages_have_single_spaces() {
     // RetryBlocked.
     let base = automatic();
     let (first, decision) = first_sync(&base);
-    let outcome = SyncOutcome::Failed {
+    let outcome = SyncOutcome::Failed(StepFailure {
         reason: FailureReason::ApplyFailure,
         message: "refused".into(),
         resource: None,
-    };
+    });
     let settled = settle(&base, &decision, &first, &outcome, &Redactor::new(), &at(20));
     let mut app = automatic();
     app.status = Some(settled.status.clone());
@@ -2768,7 +2767,7 @@ fn retry_blocked_and_approval_stale_messages_have_single_spaces() {
         PrunePlan::default(),
         Some(stored(&decision, settled.revision.clone())),
     );
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
     assert_eq!(
         d.events,
         vec![(
@@ -2783,7 +2782,7 @@ fn retry_blocked_and_approval_stale_messages_have_single_spaces() {
     let planned_state = planned_with(&web(), absent, PrunePlan::default(), None);
     let name = revision_name(APP, C1, &web().hash);
     approve(&mut app, &name, "sha256:0000", None);
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(10));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(10));
     assert_eq!(
         d.events[1].1,
         format!(
@@ -2816,7 +2815,7 @@ fn diagnosed_is_recorded_when_the_root_causes_change_and_not_again_while_they_ho
     let mut reworded = diagnosis();
     reworded.message = "Secret web/db does not exist; 3 Pods wait for it".into();
     planned_state.diagnosis = vec![reworded];
-    let again = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    let again = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(20));
     assert_eq!(diagnosed(&again), 0, "{:?}", again.events);
     let status = again.status.clone().or(app.status.clone()).expect("a status");
     assert_eq!(status.diagnosis, vec![diagnosis()]);
@@ -2881,7 +2880,7 @@ fn run_reconcile(
     let mut state = planned_with(&web(), found, PrunePlan::default(), Some(revision));
     state.rollback = Some(run);
     state.health = health;
-    let decision = decide(app, &planned(&state), &Redactor::new(), &at(50));
+    let decision = decide_rollout(app, &planned(&state), &Redactor::new(), &at(50));
     (state, decision)
 }
 
@@ -3136,7 +3135,7 @@ fn a_failure_under_action_rollback_requests_the_rollback_at_once() {
     });
     let mut state = planned_with(&web(), unchanged, PrunePlan::default(), Some(failed));
     state.fallback = Some(rollback::Fallback { revision: "web-good".into(), commit: C2.into() });
-    let decision = decide(&app, &planned(&state), &Redactor::new(), &at(50));
+    let decision = decide_rollout(&app, &planned(&state), &Redactor::new(), &at(50));
     assert!(decision.revision.is_none() && matches!(decision.step, Step::Report));
     assert_eq!(
         decision.annotations.get(keys::ROLLBACK_KIND),
@@ -3237,7 +3236,7 @@ fn a_failed_observation_is_retried_only_when_retryable() {
             Some(SA),
             Some("abc123"),
         );
-        let d = decide(&app, &observation, &Redactor::new(), &at(10));
+        let d = decide_rollout(&app, &observation, &Redactor::new(), &at(10));
         assert!(matches!(d.step, Step::Report), "{reason:?}: {:?}", d.step);
         assert_eq!(d.requeue_after, requeue, "{reason:?}");
         assert_eq!(failed_observation_requeue(reason), requeue, "{reason:?}");
@@ -3286,7 +3285,7 @@ fn drift_without_self_heal_keeps_ready_only_while_health_is_unchanged() {
         let mut planned_state =
             planned_with(&web(), drifted, PrunePlan::default(), Some(revision.clone()));
         planned_state.health = health_of_web(health);
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+        let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
         let after = d.status.expect("Drifted is written");
         assert_eq!(after.sync.state, SyncState::Drifted, "{health:?}");
         let condition = ready(&after).expect("Ready");
@@ -3327,9 +3326,9 @@ fn a_repository_whose_source_fails_fails_the_applications_that_follow_it() {
     ];
     for (conditions, expected) in rows {
         let found = failing_source("team/apps", &conditions);
-        assert_eq!(found.as_ref().map(|(r, _)| *r), expected, "{conditions:?}");
-        if let Some((_, message)) = found {
-            assert_eq!(message, "Repository team/apps: revision main not found");
+        assert_eq!(found.as_ref().map(|f| f.reason), expected, "{conditions:?}");
+        if let Some(failure) = found {
+            assert_eq!(failure.message, "Repository team/apps: revision main not found");
         }
     }
 }
@@ -3363,7 +3362,7 @@ fn an_attempt_under_way_goes_on_without_counting_a_new_one() {
         app.status = Some(status.clone());
         let planned_state =
             planned_with(&web(), found, first.prune.clone(), Some(revision.clone()));
-        let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(30));
+        let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(30));
         let row = format!("row {n}: {sync_state:?}");
         let syncs = Step::Sync { prune: first.prune.delete.clone() };
         let conflicts = !planned_state.plan.conflicts.is_empty();
@@ -3406,7 +3405,7 @@ fn hooks_are_recorded_as_the_attempt_goes_on_and_a_removed_success_is_kept() {
     let mut app = automatic();
     let prune = prune_for(&state, &[]);
     let first = planned_with(&state, absent, prune.clone(), None);
-    let decision = decide(&app, &planned(&first), &Redactor::new(), &at(10));
+    let decision = decide_rollout(&app, &planned(&first), &Redactor::new(), &at(10));
     app.status = decision.status.clone();
     let mut revision = stored(&decision, revision_status(&decision).clone());
     let succeeded = |name: &str| HookStatus {
@@ -3428,7 +3427,7 @@ fn hooks_are_recorded_as_the_attempt_goes_on_and_a_removed_success_is_kept() {
         object_health("", "ConfigMap", "later", HealthState::Progressing),
         object_health("apps", "Deployment", "api", HealthState::Progressing),
     ];
-    let d = decide(&app, &planned(&planned_state), &Redactor::new(), &at(20));
+    let d = decide_rollout(&app, &planned(&planned_state), &Redactor::new(), &at(20));
     let recorded: Vec<(&str, HookState)> =
         revision_status(&d).hooks.iter().map(|h| (h.resource.name.as_str(), h.state)).collect();
     assert_eq!(recorded, vec![("migrate", HookState::Running), ("seed", HookState::Succeeded)]);
@@ -3446,7 +3445,7 @@ fn unplanned(
     redactor: &Redactor,
 ) -> Decision {
     let app = automatic();
-    let decision = decide(&app, observation, redactor, &at(20));
+    let decision = decide_rollout(&app, observation, redactor, &at(20));
     with_unplanned_revision(decision, &app, observation, existing, redactor, &at(20))
 }
 
@@ -3556,4 +3555,225 @@ fn a_reconcile_that_syncs_nothing_forgets_recorded_kinds_with_nothing_left() {
         let expected = expected.map(|e| e.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
         assert_eq!(written, expected, "live {live:?}, step {step:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// decide: the rule order over everything a reconcile observed
+// ---------------------------------------------------------------------------------------------
+
+/// `decide` for `app` after `observed`, at time 10.
+fn decide_all(app: &Application, observed: &Observed) -> Decision {
+    let (redactor, now) = (Redactor::new(), at(10));
+    decide(&Inputs { app, observed, redactor: &redactor, now: &now })
+}
+
+fn depending(app: &Application) -> Application {
+    let mut app = app.clone();
+    app.spec.depends_on = vec![LocalObjectReference { name: "db".into() }];
+    app
+}
+
+fn not_ready() -> Option<(dependencies::Verdict, Vec<Diagnosis>)> {
+    let verdict = dependencies::Verdict::NotReady { message: "db is Progressing".into() };
+    Some((verdict, vec![diagnosis()]))
+}
+
+fn sinks_ready() -> Option<NewCondition<'static>> {
+    Some(NewCondition {
+        type_: ConditionType::NotificationsReady,
+        status: Status::True,
+        reason: ConditionReason::SinksReady.as_str(),
+        message: "1 notification sink(s) ready".into(),
+        observed_generation: Some(1),
+    })
+}
+
+fn invalid_rule(health_check: &str) -> InvalidRule {
+    InvalidRule {
+        health_check: health_check.into(),
+        denial: crate::health_rules::RuleDenial {
+            index: 0,
+            error: crate::health_rules::RuleError::Empty,
+        },
+    }
+}
+
+fn condition_of(decision: &Decision, type_: ConditionType) -> Option<(String, String)> {
+    let status = decision.status.as_ref()?;
+    let condition = conditions::get(&status.conditions, type_)?;
+    Some((condition.status.clone(), condition.reason.clone()))
+}
+
+#[test]
+fn rule_1_a_suspended_application_records_only_its_generation() {
+    let mut app = depending(&automatic());
+    app.spec.suspend = true;
+    app.metadata.generation = Some(4);
+    let (planned_state, _) = first_sync(&automatic());
+    let observed = Observed {
+        sinks: sinks_ready(),
+        dependencies: not_ready(),
+        observation: Some(planned(&planned_state)),
+        ..Observed::default()
+    };
+    let decision = decide_all(&app, &observed);
+    assert_eq!(decision.step, Step::Report);
+    assert!(decision.revision.is_none() && decision.events.is_empty());
+    let status = decision.status.expect("the generation is recorded");
+    assert_eq!(status.observed_generation, Some(4));
+    assert!(status.conditions.is_empty(), "{:?}", status.conditions);
+    // Seen already: nothing to write.
+    app.status = Some(status);
+    assert!(decide_all(&app, &observed).status.is_none());
+}
+
+#[test]
+fn rule_2_dependencies_that_hold_back_wait_with_ready_unchanged_and_sinks_still_read() {
+    let mut app = depending(&automatic());
+    let mut status = app.status.clone().unwrap_or_default();
+    set_ready(&mut status, Status::True, "Healthy", 1);
+    app.status = Some(status);
+    let observed =
+        Observed { sinks: sinks_ready(), dependencies: not_ready(), ..Observed::default() };
+    assert!(held_back(&app, observed.dependencies.as_ref()).is_some());
+    let decision = decide_all(&app, &observed);
+    assert_eq!(decision.step, Step::Report);
+    assert!(decision.revision.is_none());
+    let waiting = condition_of(&decision, ConditionType::DependenciesReady);
+    assert_eq!(waiting.map(|(s, _)| s).as_deref(), Some("False"));
+    let ready = condition_of(&decision, ConditionType::Ready);
+    assert_eq!(ready, Some(("True".into(), "Healthy".into())), "Ready is left as it was");
+    let sinks = condition_of(&decision, ConditionType::NotificationsReady);
+    assert_eq!(sinks.map(|(s, _)| s).as_deref(), Some("True"));
+    assert_eq!(reasons(&decision.events), ["Diagnosed"]);
+    assert_eq!(decision.status.expect("status").diagnosis, vec![diagnosis()]);
+}
+
+#[test]
+fn rule_2_ready_dependencies_let_the_rollout_decide_and_are_recorded() {
+    let app = depending(&automatic());
+    let (planned_state, _) = first_sync(&automatic());
+    let observed = Observed {
+        dependencies: Some((dependencies::Verdict::Ready, Vec::new())),
+        observation: Some(planned(&planned_state)),
+        ..Observed::default()
+    };
+    assert!(held_back(&app, observed.dependencies.as_ref()).is_none());
+    let decision = decide_all(&app, &observed);
+    assert!(matches!(decision.step, Step::Sync { .. }));
+    let condition = condition_of(&decision, ConditionType::DependenciesReady);
+    assert_eq!(condition.map(|(s, _)| s).as_deref(), Some("True"));
+}
+
+#[test]
+fn rule_3_a_rollback_whose_commit_cannot_be_planned_is_abandoned_not_failed_as_a_rollout() {
+    let app = automatic();
+    let request = rollback::Request::from_annotations(&BTreeMap::from([
+        (keys::ROLLBACK_REVISION.to_owned(), C2.to_owned()),
+        (keys::ROLLBACK_KIND.to_owned(), "manual".to_owned()),
+    ]));
+    let run = Run { held: C1.into(), request, ..Run::default() };
+    let failure = failed(FailureReason::RenderFailure, "bad yaml", Some(SA), Some(C2));
+    let observed =
+        Observed { observation: Some(failure.clone()), run: Some(run), ..Observed::default() };
+    let decision = decide_all(&app, &observed);
+    assert!(reasons(&decision.events).contains(&"RollbackAbandoned"), "{:?}", decision.events);
+    assert!(decision.annotations.contains_key(keys::ROLLBACK_REVISION));
+    // Without the run, the same failure is the rollout's own.
+    let alone = decide_all(&app, &Observed { observation: Some(failure), ..Observed::default() });
+    assert!(!reasons(&alone.events).contains(&"RollbackAbandoned"));
+    assert_eq!(
+        condition_of(&alone, ConditionType::Ready).map(|(_, r)| r).as_deref(),
+        Some("RenderFailure")
+    );
+}
+
+#[test]
+fn rule_4_a_new_commit_that_ended_a_hold_removes_rollback_from() {
+    let mut app = automatic();
+    app.metadata.annotations =
+        Some(BTreeMap::from([(keys::ROLLBACK_FROM.to_owned(), C2.to_owned())]));
+    let (planned_state, _) = first_sync(&automatic());
+    let observed = Observed {
+        observation: Some(planned(&planned_state)),
+        course: rollback::Course::Follow { end_hold: Some(C2.into()) },
+        ..Observed::default()
+    };
+    let decision = decide_all(&app, &observed);
+    assert_eq!(decision.annotations.get(keys::ROLLBACK_FROM), Some(&None));
+    assert!(matches!(decision.step, Step::Sync { .. }));
+}
+
+#[test]
+fn rule_5_optional_conditions_are_removed_when_the_spec_no_longer_asks_for_them() {
+    let mut app = automatic();
+    let mut status = app.status.clone().unwrap_or_default();
+    for type_ in [ConditionType::DependenciesReady, ConditionType::NotificationsReady] {
+        let condition = NewCondition {
+            type_,
+            status: Status::True,
+            reason: "Ready",
+            message: String::new(),
+            observed_generation: Some(1),
+        };
+        conditions::set(&mut status.conditions, condition, &at(1));
+    }
+    app.status = Some(status);
+    let (planned_state, _) = first_sync(&automatic());
+    let observed = Observed { observation: Some(planned(&planned_state)), ..Observed::default() };
+    let decision = decide_all(&app, &observed);
+    assert_eq!(condition_of(&decision, ConditionType::DependenciesReady), None);
+    assert_eq!(condition_of(&decision, ConditionType::NotificationsReady), None);
+}
+
+#[test]
+fn rule_6_a_health_check_turned_invalid_is_warned_of_once_by_a_reconcile_that_only_reports() {
+    // A synced Application: its rollout completed, the plan all Unchanged.
+    let (decision, settled) = applied(&automatic());
+    let (revision, status) = completed_and_watched(&decision, &settled);
+    let mut app = automatic();
+    app.status = Some(status);
+    let mut in_sync = planned_with(&web(), unchanged, PrunePlan::default(), Some(revision));
+    in_sync.health = web_health(HealthState::Healthy, HealthState::Healthy);
+    let observed = Observed {
+        observation: Some(planned(&in_sync)),
+        invalid_rules: vec![invalid_rule("deployments")],
+        ..Observed::default()
+    };
+    let decision = decide_all(&app, &observed);
+    assert_eq!(decision.step, Step::Report);
+    assert_eq!(reasons(&decision.events), ["InvalidHealthCheck"]);
+    // Once Ready names it, it is not repeated.
+    let mut named = app.clone();
+    let mut status = named.status.clone().unwrap_or_default();
+    set_ready(&mut status, Status::False, "Progressing", 5);
+    if let Some(ready) = status.conditions.iter_mut().find(|c| c.type_ == "Ready") {
+        ready.message = "Deployment web: HealthCheck deployments failed".into();
+    }
+    named.status = Some(status);
+    assert!(!reasons(&decide_all(&named, &observed).events).contains(&"InvalidHealthCheck"));
+    // A sync does not warn here: its sync step does, once per attempt.
+    let (sync_state, _) = first_sync(&automatic());
+    let syncing = Observed {
+        observation: Some(planned(&sync_state)),
+        invalid_rules: vec![invalid_rule("deployments")],
+        ..Observed::default()
+    };
+    let decision = decide_all(&automatic(), &syncing);
+    assert!(!reasons(&decision.events).contains(&"InvalidHealthCheck"));
+}
+
+#[test]
+fn rule_7_a_commit_that_cannot_be_rendered_is_recorded_on_its_own_revision_once() {
+    let app = automatic();
+    let failure = failed(FailureReason::RenderFailure, "bad yaml", Some(SA), Some(C2));
+    let observed = Observed { observation: Some(failure), ..Observed::default() };
+    let decision = decide_all(&app, &observed);
+    let revision = decision.revision.clone().expect("the commit's failure is recorded");
+    assert_eq!(revision.metadata.name.as_deref(), Some(unplanned_revision_name(APP, C2).as_str()));
+    let status = revision.status.clone().expect("status");
+    assert_eq!(status.phase, Some(RevisionPhase::Failed));
+    assert_eq!(status.failure.map(|f| f.reason), Some(FailureReason::RenderFailure));
+    let again = Observed { unplanned: Some(revision), ..observed };
+    assert!(decide_all(&app, &again).revision.is_none(), "the same failure is not rewritten");
 }

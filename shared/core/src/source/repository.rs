@@ -16,6 +16,7 @@
 //! - Every message passes the reconcile's [`Redactor`] (the credential values it touched) and the
 //!   shape-based masks, and is truncated to [`MAX_MESSAGE`].
 
+use crate::failure::StepFailure;
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -36,8 +37,8 @@ pub const MAX_MESSAGE: usize = 1024;
 /// What one Repository reconcile observed.
 #[derive(Clone, Debug)]
 pub enum Observation {
-    /// The spec, the credentials or the source failed, for `reason`.
-    Failed { reason: FailureReason, message: String },
+    /// The spec, the credentials or the source failed.
+    Failed(StepFailure),
     /// The source resolved to `commit`; discovery's inputs were read at that commit.
     Resolved {
         commit: String,
@@ -102,7 +103,7 @@ fn conclude(
     redactor: &Redactor,
 ) -> (Outcome, DiscoveryPlan) {
     match observation {
-        Observation::Failed { reason, message } => (
+        Observation::Failed(StepFailure { reason, message, .. }) => (
             Outcome::Failed { reason: *reason, message: redactor.redact(message) },
             DiscoveryPlan::default(),
         ),
@@ -240,7 +241,7 @@ mod tests {
     }
 
     fn failed(reason: FailureReason, message: &str) -> Observation {
-        Observation::Failed { reason, message: message.to_owned() }
+        Observation::Failed(StepFailure::new(reason, message))
     }
 
     fn run(status: Option<RepositoryStatus>, observation: &Observation, now: i64) -> Decision {

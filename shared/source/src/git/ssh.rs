@@ -31,6 +31,41 @@ fn write_private(path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()>
     file.write_all(contents)
 }
 
+/// The argument on which the wrapper exits at once, without starting ssh.
+const READY_PROBE: &str = "--ksync-ready";
+
+/// Run the wrapper once with [`READY_PROBE`] until the kernel lets it be executed.
+///
+/// A process forked by another thread while the wrapper was open for writing holds the write
+/// descriptor until it execs (close-on-exec), and until then executing the wrapper fails with
+/// `ETXTBSY` ("Text file busy"). Our descriptor is closed by now, so no new holder can appear: once
+/// one exec succeeds, every later one (gix's, git's) does too. The wait is bounded; the pause
+/// between tries is a back-off for a kernel race, not a synchronisation.
+fn wait_until_executable(wrapper: &Path) -> std::io::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let probe = std::process::Command::new(wrapper)
+            .arg(READY_PROBE)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        match probe {
+            Ok(status) if status.success() => return Ok(()),
+            Ok(status) => {
+                return Err(std::io::Error::other(format!("the ssh wrapper failed: {status}")));
+            }
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// The `ssh` binary to run: the first on the standard system paths.
 fn ssh_program() -> &'static str {
     for candidate in ["/usr/bin/ssh", "/usr/local/bin/ssh", "/bin/ssh"] {
@@ -69,7 +104,7 @@ impl SshCommand {
         // from HOME). gix appends `-p PORT`, `-o SendEnv=GIT_PROTOCOL`, the host and the remote
         // command; it refuses hosts and users that start with '-'.
         let script = format!(
-            "#!/bin/sh\nexec /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME={home} \
+            "#!/bin/sh\n[ \"$1\" = {READY_PROBE} ] && exit 0\nexec /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME={home} \
              GIT_CONFIG_NOSYSTEM=1 GIT_PROTOCOL=\"${{GIT_PROTOCOL:-}}\" \
              {ssh} -F /dev/null -i {key} -o IdentitiesOnly=yes -o IdentityAgent=none \
              -o UserKnownHostsFile={known} -o GlobalKnownHostsFile=/dev/null \
@@ -84,6 +119,7 @@ impl SshCommand {
             log = shell_quote(&stderr_log.to_string_lossy()),
         );
         write_private(&wrapper, script.as_bytes(), 0o700)?;
+        wait_until_executable(&wrapper)?;
         Ok(Self { _dir: dir, wrapper, stderr_log })
     }
 
@@ -143,5 +179,31 @@ mod tests {
         }
         assert!(!script.contains("SSH_AUTH_SOCK"));
         assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+    }
+
+    /// Wrappers written while other threads fork and exec must still run at once: without the
+    /// wait in `prepare`, some of these execs fail with "Text file busy".
+    #[test]
+    fn a_wrapper_written_while_other_threads_fork_can_be_executed_at_once() {
+        let key = SecretString::from("k");
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let key = key.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..40 {
+                        let cmd =
+                            SshCommand::prepare(&key, "", Duration::from_secs(5)).expect("prepare");
+                        let status = std::process::Command::new(cmd.program())
+                            .arg(READY_PROBE)
+                            .status()
+                            .expect("the wrapper runs");
+                        assert!(status.success());
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().expect("no thread panicked");
+        }
     }
 }
