@@ -70,8 +70,8 @@ use kuvryn_sync_runtime::durations::Reconciled;
 use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest};
 
 use crate::context::{ApplicationContext, ReconcileError, publish, service_account_of};
-use crate::context::{StepResult, reported};
 use crate::status::apply_status;
+use crate::step::{StepResult, reported};
 use crate::{deletion, diagnose, health, notify, render};
 use crate::{references, source, triggers};
 use kuvryn_sync_core::failure::StepFailure;
@@ -707,7 +707,7 @@ async fn plan_commit(
     redactor: &mut Redactor,
     observed: &mut Observed,
     reached: &mut Reached,
-) -> StepResult<Planned> {
+) -> StepResult<Planned, ReconcileError> {
     let service_account = resolve_identity(app, namespace, ctx).await?;
     reached.service_account = Some(service_account.clone());
     let client = ctx
@@ -850,7 +850,7 @@ async fn resolve_identity(
     app: &Application,
     namespace: &str,
     ctx: &ApplicationContext,
-) -> StepResult<String> {
+) -> StepResult<String, ReconcileError> {
     let Some(name) = inventory::service_account(
         app.spec.service_account_name.as_deref(),
         ctx.default_service_account.as_deref(),
@@ -884,7 +884,7 @@ async fn read_source(
     namespace: &str,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-) -> StepResult<(String, FetchRequest)> {
+) -> StepResult<(String, FetchRequest), ReconcileError> {
     let repo_name = &app.spec.source.repository_ref.name;
     let Some(repo) = repository(namespace, repo_name, ctx).await? else {
         let message =
@@ -932,7 +932,7 @@ async fn checkout(
     ctx: &ApplicationContext,
     request: FetchRequest,
     commit: &str,
-) -> StepResult<CheckedOutTree> {
+) -> StepResult<CheckedOutTree, ReconcileError> {
     let cache = Arc::clone(&ctx.cache);
     let commit = commit.to_owned();
     let tree = tokio::task::spawn_blocking(move || cache.tree(&request, &commit)).await?;
@@ -947,7 +947,7 @@ async fn render_and_validate(
     tree: &CheckedOutTree,
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-) -> StepResult<(DesiredState, Option<String>)> {
+) -> StepResult<(DesiredState, Option<String>), ReconcileError> {
     let root = tree.path().to_path_buf();
     let output = render::render(app, namespace, client, root, &ctx.renderers, redactor).await?;
     let rendered = output.objects;
@@ -997,7 +997,7 @@ async fn plan_desired_state(
     desired: &DesiredState,
     ctx: &ApplicationContext,
     redactor: &Redactor,
-) -> StepResult<PlanParts> {
+) -> StepResult<PlanParts, ReconcileError> {
     let _timer = ctx.metrics.durations.plan();
     let recorded: Vec<_> = app.status.as_ref().map(|s| s.managed_kinds.clone()).unwrap_or_default();
     let mut kinds: BTreeSet<_> = recorded.iter().cloned().collect();

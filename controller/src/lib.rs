@@ -33,6 +33,7 @@ mod revision_writes;
 mod shards;
 mod source;
 mod status;
+mod step;
 mod triggers;
 mod watches;
 

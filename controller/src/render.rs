@@ -11,7 +11,7 @@
 //! with the redactor like a fresh render's), a miss renders and keeps the output. Every engine run
 //! and every hit is counted in `kuvryn_sync_renders_total`.
 
-use crate::context::StepResult;
+use crate::step::StepResult;
 use kuvryn_sync_core::failure::StepFailure;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -115,14 +115,14 @@ pub struct Output {
 }
 
 /// Render `app`'s source at the checkout `root`, as its service account's `client`.
-pub async fn render(
+pub async fn render<E: From<tokio::task::JoinError>>(
     app: &Application,
     namespace: &str,
     client: &kube::Client,
     root: PathBuf,
     renderers: &Renderers,
     redactor: &mut Redactor,
-) -> StepResult<Output> {
+) -> StepResult<Output, E> {
     let _timer = renderers.metrics.durations.render(app.spec.source.render.render_type);
     let keys = decryption_keys(app, namespace, client).await?;
     if app.spec.source.render.render_type == RenderType::Helm {
@@ -271,7 +271,7 @@ fn settle(
 /// A Helm render's I/O: the release name checked, `valuesFrom` read as the service account and
 /// the chart pulled (credentials from a labelled Secret) when it is not taken from the checkout;
 /// then the render key, and on a miss the shared render (`render_application`).
-async fn render_helm(
+async fn render_helm<E: From<tokio::task::JoinError>>(
     app: &Application,
     namespace: &str,
     client: &kube::Client,
@@ -279,7 +279,7 @@ async fn render_helm(
     keys: Option<DecryptionKeys>,
     renderers: &Renderers,
     redactor: &mut Redactor,
-) -> StepResult<Output> {
+) -> StepResult<Output, E> {
     let HelmInputs { helm, renderer, from, pulled } =
         helm_inputs(app, namespace, client, renderers).await?;
     let path = app.spec.source.path.clone();
@@ -341,12 +341,12 @@ struct HelmInputs {
 
 /// Check the release name, take the Helm engine, read `valuesFrom` as the service account and
 /// pull the chart (when it is not taken from the checkout); the first failure ends it.
-async fn helm_inputs(
+async fn helm_inputs<E: From<tokio::task::JoinError>>(
     app: &Application,
     namespace: &str,
     client: &kube::Client,
     renderers: &Renderers,
-) -> StepResult<HelmInputs> {
+) -> StepResult<HelmInputs, E> {
     let helm = app.spec.source.render.helm.clone().unwrap_or_default();
     helm_values::validate_release_name(&helm.release_name).map_err(|err| {
         StepFailure::new(err.reason(), format!("spec.source.render.helm.releaseName: {err}"))
@@ -454,12 +454,12 @@ where
 }
 
 /// Pull `chart` (credentials from a labelled Secret read as the service account).
-async fn pull_chart(
+async fn pull_chart<E: From<tokio::task::JoinError>>(
     chart: &HelmChart,
     namespace: &str,
     client: &kube::Client,
     renderers: &Renderers,
-) -> StepResult<PulledChart> {
+) -> StepResult<PulledChart, E> {
     let failure = |message: String| StepFailure::new(FailureReason::RenderFailure, message);
     let puller = match &renderers.charts {
         Ok(puller) => Arc::clone(puller),

@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::context::{StepResult, reported};
 use crate::status::apply_status;
+use crate::step::{StepResult, reported};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};

@@ -3,7 +3,7 @@
 //! either is a [`StepFailure`] (a failure reason and a message for status); API-server trouble
 //! is a `kube::Error` and retries.
 
-use crate::context::StepResult;
+use crate::step::StepResult;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kuvryn_sync_api::{FailureReason, Repository};

@@ -204,7 +204,7 @@ impl Durations {
 
     /// Time one render of `render_type`.
     pub fn render(&self, render_type: RenderType) -> Timer {
-        let r#type = crate::metrics::render_type_label(render_type).to_owned();
+        let r#type = crate::labels::render_type_label(render_type).to_owned();
         Timer::start(self.render.get_or_create(&TypeLabels { r#type }).clone(), None)
     }
 
@@ -226,7 +226,7 @@ impl Durations {
 
     /// Time one notification delivery to a sink of `sink_type`.
     pub fn notification(&self, sink_type: SinkType) -> Timer {
-        let sink_type = crate::metrics::sink_type_label(sink_type).to_owned();
+        let sink_type = crate::labels::sink_type_label(sink_type).to_owned();
         Timer::start(self.notification.get_or_create(&SinkLabels { sink_type }).clone(), None)
     }
 
@@ -239,7 +239,7 @@ impl Durations {
             let _ = self.in_flight.get_or_create(&labels);
         }
         for render_type in [RenderType::Yaml, RenderType::Kustomize, RenderType::Helm] {
-            let r#type = crate::metrics::render_type_label(render_type).to_owned();
+            let r#type = crate::labels::render_type_label(render_type).to_owned();
             let _ = self.render.get_or_create(&TypeLabels { r#type });
         }
         for operation in [GitOperation::Resolve, GitOperation::Checkout] {
@@ -248,7 +248,7 @@ impl Durations {
                 .get_or_create(&OperationLabels { operation: operation.as_str().to_owned() });
         }
         for sink_type in [SinkType::Webhook, SinkType::Slack] {
-            let sink_type = crate::metrics::sink_type_label(sink_type).to_owned();
+            let sink_type = crate::labels::sink_type_label(sink_type).to_owned();
             let _ = self.notification.get_or_create(&SinkLabels { sink_type });
         }
     }

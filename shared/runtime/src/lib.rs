@@ -6,6 +6,7 @@
 pub mod durations;
 pub mod events;
 pub mod flags;
+pub mod labels;
 pub mod logging;
 pub mod metrics;
 pub mod ops;

@@ -1,5 +1,6 @@
 //! Metric names and families Kuvryn Sync exports.
 
+pub use crate::labels::{render_type_label, sink_type_label};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -95,23 +96,6 @@ const API_METHODS: &[&str] = &["GET", "POST", "PUT", "PATCH", "DELETE"];
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ApiRequestLabels {
     pub method: String,
-}
-
-/// The label value of a render type.
-pub fn render_type_label(render_type: RenderType) -> &'static str {
-    match render_type {
-        RenderType::Yaml => "yaml",
-        RenderType::Kustomize => "kustomize",
-        RenderType::Helm => "helm",
-    }
-}
-
-/// The label value of a sink type.
-pub fn sink_type_label(sink_type: SinkType) -> &'static str {
-    match sink_type {
-        SinkType::Webhook => "webhook",
-        SinkType::Slack => "slack",
-    }
 }
 
 /// The metrics the controller exports.
