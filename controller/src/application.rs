@@ -52,9 +52,9 @@ use kuvryn_sync_apply::engine::{Engine, Shared};
 use kuvryn_sync_apply::runner::{Outcome, Rollout, Runner};
 use kuvryn_sync_core::application::{
     Decision, Inputs, Observation, Observed, Planned, RevisionUpdate, Step, SyncOutcome,
-    announce_prune, cancel_superseded, decide, failing_source, held_back, invalid_health_checks,
-    learn_secret_values, previous_healthy, revision_name, run_for, settle, unplanned_failure,
-    unplanned_revision_name,
+    announce_prune, announces_planning, cancel_superseded, decide, failing_source, held_back,
+    invalid_health_checks, learn_secret_values, previous_healthy, revision_name, run_for, settle,
+    unplanned_failure, unplanned_revision_name,
 };
 use kuvryn_sync_core::desired::{
     DesiredObject, DesiredState, GroupKind, ObjectKey, Target, group_of, normalise,
@@ -70,6 +70,7 @@ use kuvryn_sync_runtime::durations::Reconciled;
 use kuvryn_sync_source::git::{CheckedOutTree, FetchRequest};
 
 use crate::context::{ApplicationContext, ReconcileError, publish, service_account_of};
+use crate::render::OnMiss;
 use crate::status::apply_status;
 use crate::step::{StepResult, reported};
 use crate::{deletion, diagnose, health, notify, render};
@@ -428,6 +429,9 @@ async fn sync_application(
         _ => observed.unplanned.as_ref(),
     };
     write_with_history(&app, namespace, &mut decision, previous, &redactor, ctx).await?;
+    if let Some(Observation::Planning { commit, .. }) = &observed.observation {
+        ctx.announcements.record(namespace, &app.name_any(), commit);
+    }
     let stepped = match (&decision.step, &observed.observation) {
         (Step::Sync { .. }, Some(Observation::Planned(planned))) => {
             let invalid = &observed.invalid_rules;
@@ -685,7 +689,7 @@ async fn observe_commit(
 ) -> Result<Observation, ReconcileError> {
     let mut reached = Reached::default();
     let planned = plan_commit(app, namespace, ctx, redactor, observed, &mut reached).await;
-    reported(planned.map(|p| Observation::Planned(Box::new(p))), |failure| Observation::Failed {
+    reported(planned, |failure| Observation::Failed {
         failure,
         service_account: reached.service_account,
         commit: reached.commit,
@@ -699,7 +703,8 @@ struct Reached {
     commit: Option<String>,
 }
 
-/// Steps 1–4, each composed with `?`: the first failure ends them.
+/// Steps 1–4, each composed with `?`: the first failure ends them. A new commit whose render
+/// misses the cache ends them before the render, to be announced ([`announces_planning`]).
 async fn plan_commit(
     app: &Application,
     namespace: &str,
@@ -707,7 +712,7 @@ async fn plan_commit(
     redactor: &mut Redactor,
     observed: &mut Observed,
     reached: &mut Reached,
-) -> StepResult<Planned, ReconcileError> {
+) -> StepResult<Observation, ReconcileError> {
     let service_account = resolve_identity(app, namespace, ctx).await?;
     reached.service_account = Some(service_account.clone());
     let client = ctx
@@ -718,8 +723,15 @@ async fn plan_commit(
     let commit = follow_course(app, namespace, &resolved, ctx, observed).await?;
     reached.commit = Some(commit.clone());
     let tree = checkout(ctx, request, &commit).await?;
-    let (desired, chart_digest) =
-        render_and_validate(app, namespace, &client, &tree, ctx, redactor).await?;
+    let announced = ctx.announcements.take(namespace, &app.name_any(), &commit);
+    let new = announces_planning(app, &commit, &observed.course, observed.run.as_ref());
+    let on_miss = if new && !announced { OnMiss::Defer } else { OnMiss::Render };
+    let rendering = (&client, &tree, on_miss);
+    let Some((desired, chart_digest)) =
+        render_and_validate(app, namespace, rendering, ctx, redactor).await?
+    else {
+        return Ok(Observation::Planning { service_account, commit });
+    };
     learn_secret_values(redactor, &desired);
     let acting = Acting::new(app, namespace, &service_account);
     let engine = engine_for(app, &client, &acting, ctx);
@@ -728,7 +740,7 @@ async fn plan_commit(
         plan_desired_state(app, namespace, planning, &commit, &desired, ctx, redactor).await?;
     let fallback =
         fallback_of(app, namespace, parts.existing.as_ref(), &observed.course, ctx).await?;
-    Ok(Planned {
+    Ok(Observation::Planned(Box::new(Planned {
         service_account,
         commit,
         desired,
@@ -742,7 +754,7 @@ async fn plan_commit(
         rollback: observed.run.clone(),
         fallback,
         live_kinds: Some(parts.live_kinds),
-    })
+    })))
 }
 
 const ACCOUNT_FAILED: FailureReason = FailureReason::ServiceAccountFailure;
@@ -939,17 +951,20 @@ async fn checkout(
     Ok(tree.map_err(|err| StepFailure::new(err.reason(), err.to_string()))?)
 }
 
-/// Step 3: render `spec.source.path` and normalise it for the destination.
+/// Step 3: render `spec.source.path` and normalise it for the destination; `None` when the
+/// render missed the cache and `on_miss` deferred it.
 async fn render_and_validate(
     app: &Application,
     namespace: &str,
-    client: &kube::Client,
-    tree: &CheckedOutTree,
+    (client, tree, on_miss): (&kube::Client, &CheckedOutTree, OnMiss),
     ctx: &ApplicationContext,
     redactor: &mut Redactor,
-) -> StepResult<(DesiredState, Option<String>), ReconcileError> {
+) -> StepResult<Option<(DesiredState, Option<String>)>, ReconcileError> {
     let root = tree.path().to_path_buf();
-    let output = render::render(app, namespace, client, root, &ctx.renderers, redactor).await?;
+    let engine = (&ctx.renderers, on_miss);
+    let Some(output) = render::render(app, namespace, client, root, engine, redactor).await? else {
+        return Ok(None);
+    };
     let rendered = output.objects;
     let objects: Vec<serde_json::Value> = rendered.iter().map(|r| r.object.clone()).collect();
     let scopes = match ctx.kinds.scopes(client, &objects).await {
@@ -974,7 +989,7 @@ async fn render_and_validate(
     };
     let desired = normalise(&rendered, |gk| scopes.get(gk).copied(), target)
         .map_err(|refusal| StepFailure::new(refusal.reason(), refusal.to_string()))?;
-    Ok((desired, output.chart_digest))
+    Ok(Some((desired, output.chart_digest)))
 }
 
 /// What step 4 found.

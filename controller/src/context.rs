@@ -71,6 +71,8 @@ pub struct ApplicationContext {
     pub shard: crate::shards::Scope,
     /// Revisions written and not yet in [`Self::revisions`]: read from the API server meanwhile.
     pub revision_writes: Arc<crate::revision_writes::RevisionWrites>,
+    /// New commits announced as sync state `Planning` and not rendered yet.
+    pub announcements: Arc<crate::announcements::Announcements>,
 }
 
 /// Errors that make the reconcile retry with backoff.

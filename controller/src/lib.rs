@@ -11,6 +11,7 @@
 //! requests they send (`tests/reconcile_requests.rs`); the binary (`main.rs`) only parses the
 //! flags, sets up logging and signals, and calls [`run`].
 
+mod announcements;
 mod application;
 mod args;
 mod context;

@@ -134,6 +134,7 @@ impl Reconcilers {
             watches: Arc::new(watches),
             inventory,
             revision_writes: Arc::default(),
+            announcements: Arc::default(),
             fault: fault::FaultPoint::from_env(),
             metrics: metrics.clone(),
             health_rules: health::HealthRules::watch(client.clone(), stop.clone()),

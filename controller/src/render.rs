@@ -114,19 +114,29 @@ pub struct Output {
     pub chart_digest: Option<String>,
 }
 
-/// Render `app`'s source at the checkout `root`, as its service account's `client`.
+/// What to do when the render cache has no output for the key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnMiss {
+    Render,
+    /// Render nothing and return `None`: the caller announces the render first.
+    Defer,
+}
+
+/// Render `app`'s source at the checkout `root`, as its service account's `client`; `None` when
+/// the cache has no output for it and `on_miss` defers.
 pub async fn render<E: From<tokio::task::JoinError>>(
     app: &Application,
     namespace: &str,
     client: &kube::Client,
     root: PathBuf,
-    renderers: &Renderers,
+    (renderers, on_miss): (&Renderers, OnMiss),
     redactor: &mut Redactor,
-) -> StepResult<Output, E> {
+) -> StepResult<Option<Output>, E> {
     let _timer = renderers.metrics.durations.render(app.spec.source.render.render_type);
     let keys = decryption_keys(app, namespace, client).await?;
     if app.spec.source.render.render_type == RenderType::Helm {
-        return render_helm(app, namespace, client, root, keys, renderers, redactor).await;
+        let engine = (renderers, on_miss);
+        return render_helm(app, namespace, client, root, keys, engine, redactor).await;
     }
     let path = app.spec.source.path.clone();
     let render = app.spec.source.render.clone();
@@ -141,6 +151,9 @@ pub async fn render<E: From<tokio::task::JoinError>>(
         let key = render_key(&root, &shape, parts, &cache);
         if let Some(hit) = key.and_then(|key| cache.get(&key)) {
             return (key, Found::Hit(hit));
+        }
+        if on_miss == OnMiss::Defer {
+            return (key, Found::Deferred);
         }
         let request = ApplicationRender {
             root: &root,
@@ -166,10 +179,11 @@ struct DecryptionKeys {
     digest: InputDigest,
 }
 
-/// A render's output: from the cache, or from the engine.
+/// A render's output: from the cache, or from the engine; or nothing, a miss deferred.
 enum Found {
     Hit(Arc<CachedRender>),
     Rendered(Result<SourceRender, RenderFailure>),
+    Deferred,
 }
 
 /// The parts of a render key known before the repository is read.
@@ -226,7 +240,7 @@ fn render_key(
 }
 
 /// Count the render, register its secret values with the redactor, keep a fresh output under
-/// `key`, and turn a failure into a masked status message.
+/// `key`, and turn a failure into a masked status message; `None` for a deferred miss.
 fn settle(
     found: Found,
     key: Option<RenderKey>,
@@ -234,8 +248,9 @@ fn settle(
     chart_digest: Option<String>,
     renderers: &Renderers,
     redactor: &mut Redactor,
-) -> Result<Output, StepFailure> {
+) -> Result<Option<Output>, StepFailure> {
     let output = match found {
+        Found::Deferred => return Ok(None),
         Found::Hit(hit) => {
             renderers.metrics.count_render(render_type, RenderOutcome::CacheHit);
             hit
@@ -265,7 +280,8 @@ fn settle(
     for secret in &output.secrets {
         redactor.add_secret(secret);
     }
-    Ok(Output { objects: output.objects.clone(), chart_digest: output.chart_digest.clone() })
+    let objects = output.objects.clone();
+    Ok(Some(Output { objects, chart_digest: output.chart_digest.clone() }))
 }
 
 /// A Helm render's I/O: the release name checked, `valuesFrom` read as the service account and
@@ -277,9 +293,9 @@ async fn render_helm<E: From<tokio::task::JoinError>>(
     client: &kube::Client,
     root: PathBuf,
     keys: Option<DecryptionKeys>,
-    renderers: &Renderers,
+    (renderers, on_miss): (&Renderers, OnMiss),
     redactor: &mut Redactor,
-) -> StepResult<Output, E> {
+) -> StepResult<Option<Output>, E> {
     let HelmInputs { helm, renderer, from, pulled } =
         helm_inputs(app, namespace, client, renderers).await?;
     let path = app.spec.source.path.clone();
@@ -309,6 +325,9 @@ async fn render_helm<E: From<tokio::task::JoinError>>(
         let key = render_key(&root, &shape, parts, &cache);
         if let Some(hit) = key.and_then(|key| cache.get(&key)) {
             return (key, Found::Hit(hit));
+        }
+        if on_miss == OnMiss::Defer {
+            return (key, Found::Deferred);
         }
         let request = ApplicationRender {
             root: &root,

@@ -134,6 +134,59 @@ async fn a_prune_is_announced_as_sync_state_pruning() -> Result<()> {
     Ok(())
 }
 
+/// A push is announced before its render: a watch of the Application sees sync state `Planning`
+/// with the pushed commit as `desiredRevision`, Ready still True from the last rollout, before
+/// the Applying of that commit (4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_is_announced_as_sync_state_planning_before_it_applies() -> Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let env = env("life-planning", true).await?;
+    let first =
+        env.push(&[("apps/web/a.yaml", config_map("cm", "1", json!({})))], "one ConfigMap").await?;
+    env.create_app("web", "apps/web", json!({})).await?;
+    env.wait_synced("web", &first).await?;
+    env.wait_ready("web", "True", "Healthy").await?;
+    // Every (sync state, desired revision, Ready status) the Application passes through.
+    type Seen = (SyncState, Option<String>, Option<String>);
+    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Seen>::new()));
+    let config = watcher::Config::default().fields("metadata.name=web");
+    let mut updates = watcher(env.api::<Application>(), config).applied_objects().boxed();
+    let recorded = std::sync::Arc::clone(&states);
+    let watching = tokio::spawn(async move {
+        while let Some(Ok(app)) = updates.next().await {
+            let ready = ready(&app).map(|(status, _, _)| status);
+            let status = app.status.unwrap_or_default();
+            let seen = (status.sync.state, status.desired_revision, ready);
+            let mut all = recorded.lock().expect("states");
+            if all.last() != Some(&seen) {
+                all.push(seen);
+            }
+        }
+    });
+    let second = env.push(&[("apps/web/a.yaml", config_map("cm", "2", json!({})))], "two").await?;
+    env.wait_synced("web", &second).await?;
+    let seen = || states.lock().expect("states").clone();
+    let is = |state: SyncState| {
+        let second = second.clone();
+        move |s: &Seen| s.0 == state && s.1.as_deref() == Some(second.as_str())
+    };
+    wait_for("Planning, then Applying, of the pushed commit", DEADLINE, || async {
+        let all = seen();
+        let planning = all.iter().position(is(SyncState::Planning));
+        let applying = all.iter().position(is(SyncState::Applying));
+        let ordered = planning.zip(applying).is_some_and(|(p, a)| p < a);
+        Ok((ordered.then_some(()), format!("{all:?}")))
+    })
+    .await?;
+    watching.abort();
+    let all = seen();
+    let announced = all.iter().find(|s| is(SyncState::Planning)(s)).cloned();
+    let ready = announced.and_then(|(_, _, ready)| ready);
+    assert_eq!(ready.as_deref(), Some("True"), "Ready kept while planning: {all:?}");
+    Ok(())
+}
+
 /// A kind the API server does not serve (and no CRD in Git defines) is a plan that cannot be
 /// built: `PlanFailure`, naming the kind, with nothing applied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

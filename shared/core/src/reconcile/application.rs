@@ -83,6 +83,30 @@ pub enum Observation {
     },
     /// The desired state was rendered, validated and planned.
     Planned(Box<Planned>),
+    /// A commit new to the Application ([`announces_planning`]) whose render would miss the
+    /// render cache: nothing was rendered yet. The Application announces sync state `Planning`
+    /// for it first; the next reconcile renders and plans.
+    Planning { service_account: String, commit: String },
+}
+
+/// Whether a render of `commit` that misses the render cache is first announced as sync state
+/// `Planning` ([`Observation::Planning`]): for a commit that replaces the Application's
+/// `status.desiredRevision`, outside any rollback (a request, a run or a hold: each has its own
+/// states). Until the plan is written the Application would otherwise show the old commit as
+/// `Synced` while the new one renders. A commit that renders from the cache (one a monorepo
+/// commit did not touch) is planned at once; a retry of the same commit is not announced again;
+/// nor is a new Application's first commit: it has no sync state to contradict (`Unknown` until
+/// its plan is written), and announcing it would cost every Application one more write at
+/// install.
+pub fn announces_planning(
+    app: &Application,
+    commit: &str,
+    course: &rollback::Course,
+    run: Option<&Run>,
+) -> bool {
+    let desired = app.status.as_ref().and_then(|s| s.desired_revision.as_deref());
+    let plain = matches!(course, rollback::Course::Follow { end_hold: None }) && run.is_none();
+    plain && desired.is_some_and(|desired| desired != commit)
 }
 
 /// A planned desired state.
@@ -261,7 +285,8 @@ pub fn held_back(
 /// 2. Dependencies that hold it back: `DependenciesReady=False`, their root causes as the
 ///    diagnosis, Ready unchanged, nothing planned ([`wait_for_dependencies`]).
 /// 3. A rollback run whose commit could not be planned is abandoned ([`abandon_unplanned`]);
-///    otherwise the rollout decides from the observation ([`decide_rollout`]).
+///    otherwise the rollout decides from the observation ([`decide_rollout`]); a new commit not
+///    rendered yet is announced as sync state `Planning` ([`announces_planning`]).
 /// 4. The rollback course adds its annotations, lifted holds and Events ([`with_course`]).
 /// 5. `DependenciesReady` and `NotificationsReady` are set, or removed when the spec has no
 ///    dependencies or sinks.
@@ -427,8 +452,29 @@ fn decide_rollout(
             forget_empty_kinds(&mut decision, app, planned);
             decision
         }
+        Observation::Planning { service_account, commit } => {
+            announce_planning(current, status, service_account, commit, now)
+        }
     };
     decision.events = bounded(redactor, decision.events);
+    decision
+}
+
+/// The announcement of a new commit's render and plan: sync state `Planning` with the commit as
+/// `desiredRevision`; Ready keeps its value (a rollout being planned does not change it). Looked
+/// at again at once, to render.
+fn announce_planning(
+    current: ApplicationStatus,
+    mut status: ApplicationStatus,
+    service_account: &str,
+    commit: &str,
+    now: &Time,
+) -> Decision {
+    status.service_account_name = Some(service_account.to_owned());
+    status.desired_revision = Some(commit.to_owned());
+    set_sync(&mut status, SyncState::Planning, now);
+    let mut decision = finish(current, status, None, Vec::new(), Step::Report);
+    decision.requeue_after = Some(Duration::ZERO);
     decision
 }
 

@@ -449,7 +449,7 @@ fn failures_before_a_plan_set_ready_false_once_with_a_redacted_message() {
 fn observation_reason(observation: &Observation) -> FailureReason {
     match observation {
         Observation::Failed { failure, .. } => failure.reason,
-        Observation::Planned(_) => panic!("not a failure"),
+        Observation::Planned(_) | Observation::Planning { .. } => panic!("not a failure"),
     }
 }
 
@@ -3686,6 +3686,54 @@ fn rule_3_a_rollback_whose_commit_cannot_be_planned_is_abandoned_not_failed_as_a
         condition_of(&alone, ConditionType::Ready).map(|(_, r)| r).as_deref(),
         Some("RenderFailure")
     );
+}
+
+#[test]
+fn rule_3_a_new_commit_not_rendered_yet_is_announced_as_planning_with_ready_unchanged() {
+    let mut app = automatic();
+    let mut status = app.status.clone().unwrap_or_default();
+    status.desired_revision = Some(C1.into());
+    status.sync.state = SyncState::Synced;
+    set_ready(&mut status, Status::True, "Healthy", 1);
+    app.status = Some(status);
+    let observation = Observation::Planning { service_account: SA.into(), commit: C2.into() };
+    let observed = Observed { observation: Some(observation), ..Observed::default() };
+    let decision = decide_all(&app, &observed);
+    assert_eq!(decision.step, Step::Report);
+    assert_eq!(decision.requeue_after, Some(Duration::ZERO), "rendered at once");
+    assert!(decision.revision.is_none() && decision.events.is_empty(), "{:?}", decision.events);
+    let status = decision.status.clone().expect("the announcement is written");
+    assert_eq!(status.sync.state, SyncState::Planning);
+    assert_eq!(status.desired_revision.as_deref(), Some(C2));
+    assert_eq!(status.service_account_name.as_deref(), Some(SA));
+    let ready = condition_of(&decision, ConditionType::Ready);
+    assert_eq!(ready, Some(("True".into(), "Healthy".into())), "Ready is left as it was");
+}
+
+/// Which commits are announced before their render: only one that replaces the desired
+/// revision, outside any rollback.
+#[test]
+fn only_a_commit_replacing_the_desired_one_outside_a_rollback_announces_planning() {
+    let follow = rollback::Course::Follow { end_hold: None };
+    let run = Run { held: C1.into(), ..Run::default() };
+    let mut at_c1 = automatic();
+    at_c1.status.get_or_insert_with(Default::default).desired_revision = Some(C1.into());
+    let mut fresh = automatic();
+    fresh.status = None;
+    let hold = rollback::Course::Hold { held: C2.into(), deployed: C1.into() };
+    let ended = rollback::Course::Follow { end_hold: Some(C1.into()) };
+    type Row<'a> = (&'a str, &'a Application, &'a str, &'a rollback::Course, Option<&'a Run>, bool);
+    let rows: [Row<'_>; 6] = [
+        ("a new Application's first commit", &fresh, C1, &follow, None, false),
+        ("a push", &at_c1, C2, &follow, None, true),
+        ("the desired commit again (a retry, a resync)", &at_c1, C1, &follow, None, false),
+        ("a rollback run", &at_c1, C2, &follow, Some(&run), false),
+        ("a hold", &at_c1, C2, &hold, None, false),
+        ("a new commit ending a hold", &at_c1, C2, &ended, None, false),
+    ];
+    for (row, app, commit, course, run, expected) in rows {
+        assert_eq!(announces_planning(app, commit, course, run), expected, "{row}");
+    }
 }
 
 #[test]
