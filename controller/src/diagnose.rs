@@ -3,6 +3,10 @@
 //! their ReplicaSets, Pods and Jobs, the Events about them, and whether the Secrets,
 //! ConfigMaps, claims and service accounts they reference exist — then call it.
 //!
+//! An object whose controller has not acted on its current spec yet
+//! ([`diagnosis::awaits_its_controller`]) is not looked into: it is named with its health
+//! message, and nothing is read for it.
+//!
 //! Bounded: three levels of relatives, one Event list per namespace, at most
 //! [`MAX_SNAPSHOT_OBJECTS`] objects; anything the service account may not read is left out (the
 //! analysis then explains less, never wrongly). Secret values are never read into the snapshot:
@@ -59,7 +63,9 @@ pub async fn diagnose(
     let frontier: Vec<Value> = health
         .iter()
         .filter(|h| !rollout::is_done(h.state))
-        .filter_map(|h| live.get(&h.key).cloned())
+        .filter_map(|h| live.get(&h.key))
+        .filter(|object| !diagnosis::awaits_its_controller(object))
+        .cloned()
         .collect();
     let mut snapshot =
         Snapshot { objects: relatives(client, kinds, frontier).await, ..Default::default() };

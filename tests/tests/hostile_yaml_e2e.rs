@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kuvryn_sync_api::{Application, Repository, keys};
-use kuvryn_sync_tests::application::{config_map, env, ready};
+use kuvryn_sync_tests::application::{config_map, env};
 use kuvryn_sync_tests::apply::grant_deployer;
 use kuvryn_sync_tests::cluster::wait_for;
 use kuvryn_sync_tests::servers::{BareRepo, GitDaemon};
@@ -145,8 +145,8 @@ async fn alias_bombs_fail_their_own_objects_and_the_controller_keeps_serving_oth
         .push(&[("steady/cm.yaml", config_map("steady", "three", json!({})))], "steady three")
         .await?;
     env.wait_synced("steady", &third).await?;
-    let app = env.api::<Application>().get("steady").await?;
-    assert_eq!(ready(&app).map(|(s, _, _)| s), Some("True".to_owned()));
+    // Synced is written when the apply ends; Ready once health is observed after it.
+    env.wait_ready("steady", "True", "Healthy").await?;
 
     assert!(alive(pid), "the controller process {pid} exited");
     assert_eq!(env.controller.as_ref().map(|c| c.pid()), Some(pid));

@@ -354,6 +354,24 @@ pub fn secrets_referenced(snapshot: &Snapshot) -> BTreeSet<ResourceRef> {
 /// Workload kinds with a Pod template.
 const WORKLOAD_KINDS: &[&str] = &["Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"];
 
+/// Whether `object`'s controller has not acted on its current spec yet: its
+/// `metadata.generation` is ahead of `status.observedGeneration`, or a workload (a kind with a
+/// Pod template) has no status at all. What lies below it then is the previous generation's
+/// rollout, or nothing: there is no root cause to look for, so nothing is listed for it and its
+/// diagnosis is its own health message. A controller that never catches up (stuck, or not
+/// running) is named that way too.
+pub fn awaits_its_controller(object: &Value) -> bool {
+    let generation = object.pointer("/metadata/generation").and_then(Value::as_i64);
+    let observed = object.pointer("/status/observedGeneration").and_then(Value::as_i64);
+    match (generation, observed) {
+        (Some(generation), Some(observed)) => observed < generation,
+        (_, None) => {
+            WORKLOAD_KINDS.contains(&kind_of(object)) && object.pointer("/status").is_none()
+        }
+        (None, Some(_)) => false,
+    }
+}
+
 /// Which objects to list to diagnose `object`: a Deployment's ReplicaSets and Pods, the Pods of
 /// a StatefulSet, DaemonSet, ReplicaSet or Job (by its selector, and owned by it), a CronJob's
 /// Jobs. Other kinds have no Pods to list: their children, if any, are found by owner reference

@@ -1526,3 +1526,56 @@ fn reasons_are_camel_case_words() {
     assert!(!is_camel_case("not camel"));
     assert!(!is_camel_case(""));
 }
+
+/// Objects whose controller has not acted on their current spec have nothing below them to
+/// explain yet.
+#[test]
+fn objects_awaiting_their_controller_are_not_looked_into() {
+    let rows = [
+        (
+            "generation ahead of the observed one",
+            json!({"kind": "Deployment",
+            "metadata": {"generation": 3}, "status": {"observedGeneration": 2}}),
+            true,
+        ),
+        (
+            "generation observed",
+            json!({"kind": "Deployment",
+            "metadata": {"generation": 3}, "status": {"observedGeneration": 3}}),
+            false,
+        ),
+        (
+            "a workload without status",
+            json!({"kind": "StatefulSet",
+            "metadata": {"generation": 1}}),
+            true,
+        ),
+        (
+            "a workload whose status has no observedGeneration",
+            json!({"kind": "Job",
+            "metadata": {"generation": 1}, "status": {"active": 1}}),
+            false,
+        ),
+        (
+            "a kind without a controller's status",
+            json!({"kind": "Service",
+            "metadata": {"name": "s"}}),
+            false,
+        ),
+        (
+            "a custom resource ahead",
+            json!({"kind": "Widget",
+            "metadata": {"generation": 2}, "status": {"observedGeneration": 1}}),
+            true,
+        ),
+        (
+            "a Pod",
+            json!({"kind": "Pod", "metadata": {"name": "p"},
+            "status": {"phase": "Pending"}}),
+            false,
+        ),
+    ];
+    for (row, object, expected) in rows {
+        assert_eq!(awaits_its_controller(&object), expected, "{row}");
+    }
+}
