@@ -85,12 +85,35 @@ async fn a_refused_prune_is_prune_failure() -> Result<()> {
     Ok(())
 }
 
+/// What `seen` makes of each update of Application `name`, in order, repeats left out; recorded
+/// until the returned task is aborted.
+fn record<T: PartialEq + Send + 'static>(
+    env: &Env,
+    name: &str,
+    seen: impl Fn(Application) -> T + Send + 'static,
+) -> (std::sync::Arc<std::sync::Mutex<Vec<T>>>, tokio::task::JoinHandle<()>) {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut updates = watcher(env.api::<Application>(), config).applied_objects().boxed();
+    let recorded = std::sync::Arc::clone(&states);
+    let watching = tokio::spawn(async move {
+        while let Some(Ok(app)) = updates.next().await {
+            let state = seen(app);
+            let mut all = recorded.lock().expect("states");
+            if all.last() != Some(&state) {
+                all.push(state);
+            }
+        }
+    });
+    (states, watching)
+}
+
 /// A prune is a step of its own, announced before it runs: a watch of the Application sees sync
 /// state `Pruning` between `Applying` and `Synced` (4), and the removed object is gone after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prune_is_announced_as_sync_state_pruning() -> Result<()> {
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
     let env = env("life-pruning", true).await?;
     let first = env
         .push(
@@ -104,19 +127,8 @@ async fn a_prune_is_announced_as_sync_state_pruning() -> Result<()> {
     env.create_app("web", "apps/web", json!({})).await?;
     env.wait_synced("web", &first).await?;
     // Every sync state the Application passes through from here on, in order.
-    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::<SyncState>::new()));
-    let config = watcher::Config::default().fields("metadata.name=web");
-    let mut updates = watcher(env.api::<Application>(), config).applied_objects().boxed();
-    let recorded = std::sync::Arc::clone(&states);
-    let watching = tokio::spawn(async move {
-        while let Some(Ok(app)) = updates.next().await {
-            let state = app.status.map(|s| s.sync.state).unwrap_or_default();
-            let mut all = recorded.lock().expect("states");
-            if all.last() != Some(&state) {
-                all.push(state);
-            }
-        }
-    });
+    let (states, watching) =
+        record(&env, "web", |app| app.status.map(|s| s.sync.state).unwrap_or_default());
     let second = env.push_removal(&["apps/web/b.yaml"], "one less").await?;
     env.wait_synced("web", &second).await?;
     let seen = || states.lock().expect("states").clone();
@@ -139,8 +151,6 @@ async fn a_prune_is_announced_as_sync_state_pruning() -> Result<()> {
 /// the Applying of that commit (4).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_is_announced_as_sync_state_planning_before_it_applies() -> Result<()> {
-    use futures::StreamExt;
-    use kube::runtime::{WatchStreamExt, watcher};
     let env = env("life-planning", true).await?;
     let first =
         env.push(&[("apps/web/a.yaml", config_map("cm", "1", json!({})))], "one ConfigMap").await?;
@@ -149,20 +159,10 @@ async fn a_push_is_announced_as_sync_state_planning_before_it_applies() -> Resul
     env.wait_ready("web", "True", "Healthy").await?;
     // Every (sync state, desired revision, Ready status) the Application passes through.
     type Seen = (SyncState, Option<String>, Option<String>);
-    let states = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Seen>::new()));
-    let config = watcher::Config::default().fields("metadata.name=web");
-    let mut updates = watcher(env.api::<Application>(), config).applied_objects().boxed();
-    let recorded = std::sync::Arc::clone(&states);
-    let watching = tokio::spawn(async move {
-        while let Some(Ok(app)) = updates.next().await {
-            let ready = ready(&app).map(|(status, _, _)| status);
-            let status = app.status.unwrap_or_default();
-            let seen = (status.sync.state, status.desired_revision, ready);
-            let mut all = recorded.lock().expect("states");
-            if all.last() != Some(&seen) {
-                all.push(seen);
-            }
-        }
+    let (states, watching) = record(&env, "web", |app| -> Seen {
+        let ready = ready(&app).map(|(status, _, _)| status);
+        let status = app.status.unwrap_or_default();
+        (status.sync.state, status.desired_revision, ready)
     });
     let second = env.push(&[("apps/web/a.yaml", config_map("cm", "2", json!({})))], "two").await?;
     env.wait_synced("web", &second).await?;
