@@ -16,6 +16,8 @@
 //! sent. Requests are also summed from every replica's `kuvryn_sync_api_requests_total`; peak
 //! RSS is each replica's `VmHWM`, and their sum. The line printed is `scale_apps_ready` with
 //! `"shards": N`; the push, re-sync and steady-state phases run only with one controller.
+//! With `KSYNC_SCALE_SHARD_KILL=SAMPLE` (automatic mode) one replica is then killed and its
+//! share's takeover timed ([`kill_one`], `scale_shard_takeover`).
 //! Then the replicas are stopped with SIGTERM, all at once (or one after the other with
 //! `KSYNC_SCALE_SHARD_STOP=one-by-one`), and how long each took to exit is printed.
 
@@ -222,13 +224,10 @@ fn split(
     namespace: &str,
     users: &BTreeSet<&str>,
 ) -> (BTreeMap<String, usize>, usize) {
-    let prefix = format!("/apis/sync.kuvryn.io/v1alpha1/namespaces/{namespace}/applications/");
     let mut last: BTreeMap<&str, &str> = BTreeMap::new();
     let mut writers: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for record in records.iter().filter(|r| users.contains(r.user.as_str())) {
-        let Some(rest) = record.path.strip_prefix(&prefix) else { continue };
-        let name = rest.strip_suffix("/status").unwrap_or(rest);
-        if record.is_write() && record.code < 400 && !name.contains('/') {
+        if let Some(name) = written_app(record, namespace) {
             last.insert(name, &record.user);
             writers.entry(name).or_default().insert(&record.user);
         }
@@ -304,7 +303,143 @@ pub async fn run(
         "KSYNC_SCALE_SHARDS={shards}: only the all-Ready phase runs with several controllers \
          (push, re-sync and steady-state run with one)"
     );
+    let mut replicas = replicas;
+    let sample = super::number_from_env(KILL_ENV, 0)? as usize;
+    if sample > 0 && mode == Mode::Automatic {
+        kill_one(env, &mut replicas, sandbox, sample).await?;
+    }
     stop(replicas).await
+}
+
+const KILL_ENV: &str = "KSYNC_SCALE_SHARD_KILL";
+
+/// `KSYNC_SCALE_SHARD_KILL=SAMPLE` (automatic mode), once all are Ready: SIGKILL the replica with
+/// the largest share (no chance to release its Leases), wait until a survivor holds its shard
+/// Lease, then commit a change to SAMPLE Applications of its share and time until every one of
+/// them is Ready at that commit, from the kill. Prints `scale_shard_takeover` with what the API
+/// server's request log says: requests the killed replica sent after the kill, Applications
+/// outside its share whose writer changed, and Applications two replicas wrote at overlapping
+/// times (each expected 0).
+async fn kill_one(
+    env: &Env,
+    replicas: &mut Vec<Replica>,
+    sandbox: &ksync_sandbox::Sandbox,
+    sample: usize,
+) -> Result<()> {
+    let users: BTreeSet<String> = replicas.iter().map(|r| r.user.clone()).collect();
+    let before = last_writers(&sandbox.requests(), &env.namespace, &users);
+    let mut shares: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (app, user) in &before {
+        shares.entry(user.as_str()).or_default().push(app.as_str());
+    }
+    let (victim, share) = shares
+        .iter()
+        .max_by_key(|(_, apps)| apps.len())
+        .map(|(user, apps)| ((*user).to_owned(), apps.clone()))
+        .context("a replica with a share")?;
+    let index = replicas.iter().position(|r| r.user == victim).context("the victim replica")?;
+    let mut killed = replicas.remove(index);
+    let killed_wall = SystemTime::now();
+    let killed_at = Instant::now();
+    killed.process.kill(Duration::from_secs(10)).await?;
+    let identity = short(&victim).to_owned();
+    let shards = replicas.len() + 1;
+    wait_for("the killed replica's shard Lease taken over", DEADLINE, || async {
+        let holders = shard_holders(env).await?;
+        let done = holders.len() == shards && !holders.values().any(|h| *h == identity);
+        Ok((done.then_some(()), format!("{holders:?}")))
+    })
+    .await
+    .with_context(|| logs_tail(replicas))?;
+    let lease_takeover = killed_at.elapsed();
+
+    let chosen: Vec<String> = share.iter().take(sample).map(|name| (*name).to_owned()).collect();
+    let files: Vec<(String, String)> = chosen
+        .iter()
+        .map(|name| {
+            let [(file, mut deployment), ..] = super::manifests(name);
+            deployment["metadata"]["annotations"] = json!({"bench.kuvryn.io/takeover": "1"});
+            (format!("apps/{name}/{file}"), deployment.to_string())
+        })
+        .collect();
+    let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let commit = env.repo.commit(&files, "change the killed replica's Applications")?;
+    wait_repositories(env, 1, &commit).await.with_context(|| logs_tail(replicas))?;
+    let applications = env.api::<Application>();
+    all_ready(&applications, &chosen, &commit, killed_at)
+        .await
+        .with_context(|| logs_tail(replicas))?;
+    let sample_ready = killed_at.elapsed();
+
+    let records = sandbox.requests();
+    let after = last_writers(&records, &env.namespace, &users);
+    let moved_outside = before
+        .iter()
+        .filter(|(app, owner)| **owner != victim && after.get(*app) != Some(*owner))
+        .count();
+    let late = records.iter().filter(|r| r.user == victim && r.started > killed_wall).count();
+    let overlapping = overlapping_writers(&records, &env.namespace, &users);
+    println!(
+        "{}",
+        json!({"bench": "scale_shard_takeover", "apps": before.len(), "shards": shards,
+               "killed_share": share.len(), "sample": chosen.len(),
+               "lease_takeover_s": secs(lease_takeover), "sample_ready_s": secs(sample_ready),
+               "goal_ready_s": 60, "moved_outside_share": moved_outside,
+               "requests_after_kill": late, "apps_with_overlapping_writers": overlapping})
+    );
+    Ok(())
+}
+
+/// The Application a successful write request targets (`.../applications/NAME[/status]`).
+fn written_app<'a>(record: &'a ksync_sandbox::RequestRecord, namespace: &str) -> Option<&'a str> {
+    let prefix = format!("/apis/sync.kuvryn.io/v1alpha1/namespaces/{namespace}/applications/");
+    let rest = record.path.strip_prefix(&prefix)?;
+    let name = rest.strip_suffix("/status").unwrap_or(rest);
+    (record.is_write() && record.code < 400 && !name.contains('/')).then_some(name)
+}
+
+/// The last of `users` to write each Application.
+fn last_writers(
+    records: &[ksync_sandbox::RequestRecord],
+    namespace: &str,
+    users: &BTreeSet<String>,
+) -> BTreeMap<String, String> {
+    let mut last = BTreeMap::new();
+    for record in records.iter().filter(|r| users.contains(&r.user)) {
+        if let Some(app) = written_app(record, namespace) {
+            last.insert(app.to_owned(), record.user.clone());
+        }
+    }
+    last
+}
+
+/// Applications whose writers' spans (first write's start to last write's end, per replica)
+/// overlap: two writers at once, or writers taking turns.
+fn overlapping_writers(
+    records: &[ksync_sandbox::RequestRecord],
+    namespace: &str,
+    users: &BTreeSet<String>,
+) -> usize {
+    let mut spans: BTreeMap<&str, BTreeMap<&str, (SystemTime, SystemTime)>> = BTreeMap::new();
+    for record in records.iter().filter(|r| users.contains(&r.user)) {
+        if let Some(app) = written_app(record, namespace) {
+            let span = spans
+                .entry(app)
+                .or_default()
+                .entry(record.user.as_str())
+                .or_insert((record.started, record.finished));
+            span.0 = span.0.min(record.started);
+            span.1 = span.1.max(record.finished);
+        }
+    }
+    spans
+        .values()
+        .filter(|by_user| {
+            let mut list: Vec<&(SystemTime, SystemTime)> = by_user.values().collect();
+            list.sort_by_key(|span| span.0);
+            list.windows(2).any(|pair| pair[0].1 > pair[1].0)
+        })
+        .count()
 }
 
 /// What the replicas and the API server say once all are Ready.
