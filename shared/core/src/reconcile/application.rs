@@ -220,6 +220,13 @@ pub struct Decision {
     pub others: Vec<RevisionUpdate>,
 }
 
+impl Decision {
+    /// The Application's status once this decision is written: its own, or else the stored one.
+    pub fn status_after(&self, app: &Application) -> ApplicationStatus {
+        self.status.clone().or_else(|| app.status.clone()).unwrap_or_default()
+    }
+}
+
 /// Everything one Application reconcile observed, gathered by the controller before it decides
 /// (nothing here is read again while deciding).
 #[derive(Clone, Debug)]
@@ -487,7 +494,7 @@ fn forget_empty_kinds(decision: &mut Decision, app: &Application, planned: &Plan
     if !matches!(decision.step, Step::Report) {
         return;
     }
-    let base = decision.status.clone().or_else(|| app.status.clone()).unwrap_or_default();
+    let base = decision.status_after(app);
     let desired: std::collections::BTreeSet<GroupKind> =
         planned.desired.objects.iter().map(|o| o.key.group_kind.clone()).collect();
     let kept: Vec<kuvryn_sync_api::ManagedKind> = base
@@ -1554,7 +1561,7 @@ fn continue_attempt(
 /// sync state `Pruning` (from the status `decision` writes, or the stored one). The next step
 /// prunes; the attempt stays under way until it settles.
 pub fn announce_prune(app: &Application, decision: &Decision, now: &Time) -> ApplicationStatus {
-    let mut status = decision.status.clone().or_else(|| app.status.clone()).unwrap_or_default();
+    let mut status = decision.status_after(app);
     set_sync(&mut status, SyncState::Pruning, now);
     status
 }
@@ -1595,7 +1602,7 @@ pub fn settle(
     redactor: &Redactor,
     now: &Time,
 ) -> Settled {
-    let mut status = decision.status.clone().or_else(|| app.status.clone()).unwrap_or_default();
+    let mut status = decision.status_after(app);
     let mut revision = decision
         .revision
         .as_ref()
