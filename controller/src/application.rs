@@ -1077,8 +1077,9 @@ async fn unplanned_revision(
 }
 
 /// Revision `name` as last written: from the watched store, unless this controller wrote it
-/// since and the store has not caught up, or the store has none (a Revision of another shard's
-/// label, say); then from the API server.
+/// since and the store has not caught up; then from the API server. A Revision the store has
+/// not got does not exist (a new commit's), unless the store holds only this shard's label (a
+/// Revision of another shard's label, say): then the API server is asked.
 async fn planned_revision(
     namespace: &str,
     name: &str,
@@ -1089,6 +1090,9 @@ async fn planned_revision(
         let key = ObjectRef::new(name).within(namespace);
         if let Some(stored) = ctx.revisions.get(&key) {
             return Ok(Some(stored.as_ref().clone()));
+        }
+        if ctx.shard.stores_everything() {
+            return Ok(None);
         }
     }
     let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);

@@ -55,6 +55,13 @@ impl Scope {
         }
     }
 
+    /// Whether the stores of what reconciles read (Repositories, Revisions) hold every object of
+    /// their kind: all but label mode, whose stores hold its shard's label only (an Application
+    /// moved from another shard may have Revisions labelled for that one).
+    pub fn stores_everything(&self) -> bool {
+        !matches!(self, Scope::Label(_))
+    }
+
     /// Whether `namespace/name` is in scope; label mode is filtered by the API server already.
     pub fn owns_name(&self, namespace: &str, name: &str) -> bool {
         match self {
