@@ -146,6 +146,26 @@ def scale_steady(r):
     ]
 
 
+def scale_takeover(r):
+    """A replica killed after all were Ready: how long until a survivor held its shard Lease,
+    and until a sample of its share, changed by a new commit, was Ready (goal: a minute)."""
+    n, b = r["apps"], r["bench"]
+    detail = {"shards": r["shards"], "killed_share": r["killed_share"], "sample": r["sample"],
+              "moved_outside_share": r["moved_outside_share"],
+              "requests_after_kill": r["requests_after_kill"],
+              "apps_with_overlapping_writers": r["apps_with_overlapping_writers"]}
+    lines = [
+        fig("shard_takeover_lease", r["lease_takeover_s"], "s", n, b, detail=detail),
+        fig("shard_takeover_sample_ready", r["sample_ready_s"], "s", n, b,
+            goal=r["goal_ready_s"], detail=detail),
+        fig("shard_takeover_overlapping_writers", r["apps_with_overlapping_writers"],
+            "Applications", n, b, goal=0, detail=detail),
+    ]
+    for line in lines:
+        line["shards"] = r["shards"]
+    return lines
+
+
 def render(r):
     engine = r["engine"]
     return [
@@ -182,6 +202,7 @@ CONVERTERS = {
     "scale_push_to_apply": scale_push,
     "scale_monorepo_commit": scale_monorepo,
     "scale_steady_cpu": scale_steady,
+    "scale_shard_takeover": scale_takeover,
     "render": render,
     "webhook_admission": webhook,
     "apply_engine_plan_and_apply": apply_engine,

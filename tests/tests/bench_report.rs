@@ -21,6 +21,7 @@ const RAW: &str = r#"   Compiling kuvryn-sync-tests v0.1.0
 {"bench":"scale_steady_cpu","apps":100,"resync_s":60.0,"startup_pass_s":4.0,"window_s":61.0,"cpu_s":1.2,"cpu_percent_of_core":1.97,"reconciles":100,"cpu_ms_per_reconcile":10.5,"api_requests_per_reconcile":7.0,"quiet_s":10.0,"quiet_cpu_percent":0.2,"quiet_reconciles":0,"default_resync_s":300,"percent_of_core_at_default_resync":0.55,"goal_percent":5.0}
 {"bench":"scale_apps_ready","apps":1000,"objects":4000,"created_s":4.0,"applied_s":51.0,"ready_s":62.5,"floor_s":15.0,"ratio":4.17,"api_requests":31000,"api_requests_by_method":{},"floor_requests":4000,"request_ratio":7.75,"peak_rss_mib":98.5,"rss_mib":90.1,"log_warnings":0,"goal_ready_s":60.0,"goal_rss_mib":100.0,"goal_ratio":1.5}
 {"bench":"scale_apps_ready","apps":1000,"objects":4000,"shards":3,"shard_mode":"automatic","phases":["ready"],"settle_s":8.1,"created_s":4.1,"applied_s":60.0,"ready_s":75.5,"floor_s":14.0,"ratio":5.39,"api_requests":33000,"api_requests_by_method":{},"api_requests_per_replica":{"scale-replica-0":11000,"scale-replica-1":10500,"scale-replica-2":11500},"server_requests_per_replica":{},"api_requests_by_resource":{},"floor_requests":4000,"request_ratio":8.25,"peak_rss_mib":240.0,"peak_rss_mib_per_replica":{"scale-replica-0":80.0,"scale-replica-1":75.0,"scale-replica-2":85.0},"rss_mib":200.0,"apps_per_replica":{"scale-replica-0":350,"scale-replica-1":300,"scale-replica-2":350},"apps_written_by_two":0,"log_warnings":0,"goal_ready_s":60.0,"goal_rss_mib":100.0,"goal_ratio":1.5}
+{"bench":"scale_shard_takeover","apps":1000,"shards":3,"killed_share":350,"sample":100,"lease_takeover_s":14.2,"sample_ready_s":31.5,"goal_ready_s":60,"moved_outside_share":0,"requests_after_kill":0,"apps_with_overlapping_writers":0}
 {"bench":"render","engine":"kustomize","rounds":20,"ours_ms":55.1,"direct_ms":52.0,"ratio":1.06,"goal_ratio":1.1,"cache_hit_ms":0.012}
 {"bench":"render_hardening","engine":"kustomize","pairs":8,"after_ms":55.0}
 {"bench":"webhook_admission","endpoint":"/healthz","rate_per_second":500,"requests":2500,"p50_ms":0.4,"p99_ms":1.1,"max_ms":3.0,"errors":0}
@@ -86,6 +87,10 @@ fn benchmark_lines_become_figures_and_an_html_report_with_svg_plots() -> Result<
     assert_eq!(sharded("peak_rss_largest_replica")?["value"], 85.0);
     // 1000 / 3 = 333.3 per replica; 300 is 10.0% below.
     assert_eq!(sharded("shard_split_deviation")?["value"], 10.0);
+    // A replica killed: its Lease taken over, a sample of its share Ready again, one writer.
+    assert_eq!(sharded("shard_takeover_lease")?["value"], 14.2);
+    assert_eq!(sharded("shard_takeover_sample_ready")?["goal"], 60);
+    assert_eq!(sharded("shard_takeover_overlapping_writers")?["value"], 0);
     let one = |name: &str| figures.iter().find(|f| f["name"] == name && f["N"] == 1000);
     let one_ready = one("time_to_all_ready").context("the one-controller run")?;
     ensure!(
