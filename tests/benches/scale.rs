@@ -692,9 +692,13 @@ impl RequestLog {
         self.reconciled.clear();
         while reconciled.len() < names.len() {
             if start.elapsed() > RESYNC_DEADLINE {
+                let missing: Vec<&String> =
+                    names.iter().filter(|n| !reconciled.contains(*n)).take(20).collect();
+                let kept = keep_log(&self.path);
                 bail!(
                     "after {RESYNC_DEADLINE:?}, {} of {} Applications were reconciled {when}; \
-                     controller log, last lines:\n{}",
+                     not reconciled (first 20): {missing:?}; the controller log is kept at \
+                     {kept}; its last lines:\n{}",
                     reconciled.len(),
                     names.len(),
                     env.log_tail(40)
@@ -709,6 +713,16 @@ impl RequestLog {
             }
         }
         Ok(())
+    }
+}
+
+/// A copy of the controller log at `path` where it outlives the benchmark's temporary folders
+/// (Cargo's target tmp folder), for a failure to be looked into; where it went, or why not.
+fn keep_log(path: &Path) -> String {
+    let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("scale-controller-failure.log");
+    match std::fs::copy(path, &kept) {
+        Ok(_) => kept.display().to_string(),
+        Err(err) => format!("nowhere ({err})"),
     }
 }
 
