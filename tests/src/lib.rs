@@ -16,6 +16,7 @@ pub mod registry;
 pub mod rollouts;
 pub mod servers;
 pub mod webhook;
+pub mod writers;
 
 /// A CA and a serving certificate for `localhost` and `127.0.0.1`, valid for a day: what every
 /// test TLS server here presents.

@@ -14,6 +14,7 @@ use kube::api::ListParams;
 use kuvryn_sync_api::{Application, SyncState};
 use kuvryn_sync_tests::application::{self, config_map, shard_holders};
 use kuvryn_sync_tests::cluster::{ControllerProcess, skip_on_real_cluster, wait_for};
+use kuvryn_sync_tests::writers::{Writers, last_writers, overlapping, writers};
 use serde_json::json;
 
 const APPS: usize = 30;
@@ -36,69 +37,17 @@ fn files(value: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// The Application a write request targets (`.../applications/NAME[/status]` in `namespace`).
-fn written_app<'a>(record: &'a RequestRecord, namespace: &str) -> Option<&'a str> {
-    let prefix = format!("/apis/sync.kuvryn.io/v1alpha1/namespaces/{namespace}/applications/");
-    let rest = record.path.strip_prefix(&prefix)?;
-    let name = rest.strip_suffix("/status").unwrap_or(rest);
-    (record.is_write() && record.code < 400 && !name.contains('/')).then_some(name)
-}
-
-/// Per Application, per replica user: the interval from the start of its first write to the end
-/// of its last.
-type Writers = BTreeMap<String, BTreeMap<String, (SystemTime, SystemTime)>>;
-
-fn writers(records: &[RequestRecord], namespace: &str, users: &BTreeSet<String>) -> Writers {
-    let mut out: Writers = BTreeMap::new();
-    for record in records.iter().filter(|r| users.contains(&r.user)) {
-        if let Some(app) = written_app(record, namespace) {
-            let span = out
-                .entry(app.to_owned())
-                .or_default()
-                .entry(record.user.clone())
-                .or_insert((record.started, record.finished));
-            span.0 = span.0.min(record.started);
-            span.1 = span.1.max(record.finished);
-        }
-    }
-    out
-}
-
-/// The last replica to write each Application.
-fn last_writers(
-    records: &[RequestRecord],
-    namespace: &str,
-    users: &BTreeSet<String>,
-) -> BTreeMap<String, String> {
-    let mut last = BTreeMap::new();
-    for record in records.iter().filter(|r| users.contains(&r.user)) {
-        if let Some(app) = written_app(record, namespace) {
-            last.insert(app.to_owned(), record.user.clone());
-        }
-    }
-    last
-}
-
 /// No Application has two writers at any instant, nor writers taking turns back and forth:
 /// each replica's writes of one Application form one interval, and intervals do not overlap.
+/// The number of handovers.
 fn assert_one_writer_at_a_time(writers: &Writers) -> Result<usize> {
-    let mut handovers = 0;
-    for (app, spans) in writers {
-        let mut spans: Vec<(&String, &(SystemTime, SystemTime))> = spans.iter().collect();
-        spans.sort_by_key(|(_, span)| span.0);
-        for pair in spans.windows(2) {
-            let ((first, a), (second, b)) = (pair[0], pair[1]);
-            ensure!(
-                a.1 <= b.0,
-                "Application {app} was written by {first} until {:?} and by {second} from {:?}: \
-                 two writers at once or taking turns",
-                a.1,
-                b.0
-            );
-            handovers += 1;
-        }
-    }
-    Ok(handovers)
+    let overlaps = overlapping(writers);
+    ensure!(
+        overlaps.is_empty(),
+        "Applications written by two replicas at once or taking turns (application, first, \
+         second): {overlaps:?}"
+    );
+    Ok(writers.values().map(|by_user| by_user.len().saturating_sub(1)).sum())
 }
 
 async fn wait_all_synced(env: &application::Env, commit: &str, deadline: Duration) -> Result<()> {

@@ -32,6 +32,7 @@ use kuvryn_sync_api::{Application, Repository, keys};
 use kuvryn_sync_apply::engine::CONCURRENCY;
 use kuvryn_sync_tests::application::{DEADLINE, Env, counter, shard_holders};
 use kuvryn_sync_tests::cluster::{ControllerProcess, wait_for};
+use kuvryn_sync_tests::writers::{last_writers, overlapping, writers, written_app};
 use serde_json::json;
 
 use super::{
@@ -378,7 +379,7 @@ async fn kill_one(
         .filter(|(app, owner)| **owner != victim && after.get(*app) != Some(*owner))
         .count();
     let late = records.iter().filter(|r| r.user == victim && r.started > killed_wall).count();
-    let overlapping = overlapping_writers(&records, &env.namespace, &users);
+    let overlapping = overlapping(&writers(&records, &env.namespace, &users)).len();
     println!(
         "{}",
         json!({"bench": "scale_shard_takeover", "apps": before.len(), "shards": shards,
@@ -388,58 +389,6 @@ async fn kill_one(
                "requests_after_kill": late, "apps_with_overlapping_writers": overlapping})
     );
     Ok(())
-}
-
-/// The Application a successful write request targets (`.../applications/NAME[/status]`).
-fn written_app<'a>(record: &'a ksync_sandbox::RequestRecord, namespace: &str) -> Option<&'a str> {
-    let prefix = format!("/apis/sync.kuvryn.io/v1alpha1/namespaces/{namespace}/applications/");
-    let rest = record.path.strip_prefix(&prefix)?;
-    let name = rest.strip_suffix("/status").unwrap_or(rest);
-    (record.is_write() && record.code < 400 && !name.contains('/')).then_some(name)
-}
-
-/// The last of `users` to write each Application.
-fn last_writers(
-    records: &[ksync_sandbox::RequestRecord],
-    namespace: &str,
-    users: &BTreeSet<String>,
-) -> BTreeMap<String, String> {
-    let mut last = BTreeMap::new();
-    for record in records.iter().filter(|r| users.contains(&r.user)) {
-        if let Some(app) = written_app(record, namespace) {
-            last.insert(app.to_owned(), record.user.clone());
-        }
-    }
-    last
-}
-
-/// Applications whose writers' spans (first write's start to last write's end, per replica)
-/// overlap: two writers at once, or writers taking turns.
-fn overlapping_writers(
-    records: &[ksync_sandbox::RequestRecord],
-    namespace: &str,
-    users: &BTreeSet<String>,
-) -> usize {
-    let mut spans: BTreeMap<&str, BTreeMap<&str, (SystemTime, SystemTime)>> = BTreeMap::new();
-    for record in records.iter().filter(|r| users.contains(&r.user)) {
-        if let Some(app) = written_app(record, namespace) {
-            let span = spans
-                .entry(app)
-                .or_default()
-                .entry(record.user.as_str())
-                .or_insert((record.started, record.finished));
-            span.0 = span.0.min(record.started);
-            span.1 = span.1.max(record.finished);
-        }
-    }
-    spans
-        .values()
-        .filter(|by_user| {
-            let mut list: Vec<&(SystemTime, SystemTime)> = by_user.values().collect();
-            list.sort_by_key(|span| span.0);
-            list.windows(2).any(|pair| pair[0].1 > pair[1].0)
-        })
-        .count()
 }
 
 /// What the replicas and the API server say once all are Ready.
