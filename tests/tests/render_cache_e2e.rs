@@ -123,8 +123,12 @@ fn synced_at(app: &Application, commit: &str) -> bool {
     })
 }
 
-fn desired_at(app: &Application, commit: &str) -> bool {
-    app.status.as_ref().is_some_and(|s| s.desired_revision.as_deref() == Some(commit))
+/// Whether `app` has planned `commit`: it is the desired revision, and no longer only announced
+/// (sync state `Planning` is written before the render).
+fn planned_at(app: &Application, commit: &str) -> bool {
+    app.status.as_ref().is_some_and(|s| {
+        s.desired_revision.as_deref() == Some(commit) && s.sync.state != SyncState::Planning
+    })
 }
 
 async fn config_map_value(env: &Env, name: &str) -> Result<Option<String>> {
@@ -175,7 +179,7 @@ async fn only_applications_whose_inputs_changed_are_rendered_again() -> Result<(
     env.wait_synced("app-007", &second).await?;
     let took =
         wait_all(&env, "every Application planned the second commit", COMMIT_DEADLINE, |app| {
-            desired_at(app, &second)
+            planned_at(app, &second)
         })
         .await?;
     println!("{{\"apps\": {APPS}, \"one_folder_commit_seconds\": {:.1}}}", took.as_secs_f64());
@@ -199,7 +203,7 @@ async fn only_applications_whose_inputs_changed_are_rendered_again() -> Result<(
         env.push(&[("kbase/cm.yaml", config_map("shared", "base-2", json!({})))], "base-2").await?;
     env.wait_synced("k-0", &third).await?;
     wait_all(&env, "every Application planned the third commit", COMMIT_DEADLINE, |app| {
-        desired_at(app, &third)
+        planned_at(app, &third)
     })
     .await?;
     let last = renders(&env).await?;
