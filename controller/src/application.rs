@@ -587,7 +587,7 @@ async fn write_with_history(
 ) -> Result<(), kube::Error> {
     let history = match decision.revision.as_mut().filter(|_| previous.is_none()) {
         Some(revision) => {
-            let others = stored_revisions(app, namespace, ctx).await;
+            let others = stored_revisions(app, namespace, ctx).await?;
             let name = revision.name_any();
             revision.status.get_or_insert_with(Default::default).previous_revision =
                 previous_healthy(&others, &name);
@@ -599,29 +599,36 @@ async fn write_with_history(
     match history {
         Some((name, others)) => trim_history(app, namespace, &name, others, written, ctx).await,
         None if !changes_holds(app, decision) && !app.spec.suspend => {
-            let own = stored_revisions(app, namespace, ctx).await;
+            let own = stored_revisions(app, namespace, ctx).await?;
             delete_revisions(app, namespace, history::decide(app, &own), ctx).await
         }
         None => Ok(()),
     }
 }
 
-/// The Application's Revisions, from the watched store (once it has listed them all).
+/// The Application's Revisions, from the watched store (once it has listed them all); one this
+/// controller wrote since the store last heard of it is read from the API server instead (a
+/// Revision that just became Healthy must not look in progress, or a new one would cancel it).
 async fn stored_revisions(
     app: &Application,
     namespace: &str,
     ctx: &ApplicationContext,
-) -> Vec<Revision> {
+) -> Result<Vec<Revision>, kube::Error> {
     // Only fails once the writer is gone, at shutdown: the store is then as good as it gets.
     let _ = ctx.revisions.wait_until_ready().await;
     let name = app.name_any();
-    ctx.revision_writes
-        .names(namespace, &name)
-        .into_iter()
-        .filter_map(|revision| ctx.revisions.get(&ObjectRef::new(&revision).within(namespace)))
-        .filter(|r| r.labels().get(keys::APPLICATION) == Some(&name))
-        .map(|r| r.as_ref().clone())
-        .collect()
+    let mut found = Vec::new();
+    for revision in ctx.revision_writes.names(namespace, &name) {
+        let current = if ctx.revision_writes.pending(namespace, &revision) {
+            let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
+            revisions.get_opt(&revision).await?
+        } else {
+            let key = ObjectRef::new(&revision).within(namespace);
+            ctx.revisions.get(&key).map(|r| r.as_ref().clone())
+        };
+        found.extend(current.filter(|r| r.labels().get(keys::APPLICATION) == Some(&name)));
+    }
+    Ok(found)
 }
 
 /// Whether this reconcile requests, runs or ends a rollback: what is held may be changing, and
@@ -773,7 +780,7 @@ async fn follow_course(
     let revisions = if rollback_annotated(app) {
         list_revisions(app, namespace, ctx).await?
     } else {
-        stored_revisions(app, namespace, ctx).await
+        stored_revisions(app, namespace, ctx).await?
     };
     let course = rollback::course(app, resolved, &revisions);
     let commit = match &course {
