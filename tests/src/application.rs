@@ -341,6 +341,25 @@ impl Env {
         .await
     }
 
+    /// Wait until `name`'s Revision at `commit` completed its rollout Healthy. Ready keeps its
+    /// last value while a rollout progresses, so Ready True/Healthy after a second commit can
+    /// still be the first commit's: a test that needs the new rollout finished (to roll back to
+    /// it, say) waits for its Revision.
+    pub async fn wait_revision_healthy(&self, name: &str, commit: &str) -> Result<Revision> {
+        let selector = format!("{}={name}", keys::APPLICATION);
+        let revisions = self.api::<Revision>();
+        wait_for(&format!("Revision of {name} at {commit} Healthy"), DEADLINE, || async {
+            let listed = revisions.list(&ListParams::default().labels(&selector)).await?;
+            let Some(revision) = at_commit(listed.items, commit) else {
+                return Ok((None, "no Revision".to_owned()));
+            };
+            let phase = revision.status.as_ref().and_then(|s| s.phase);
+            let healthy = phase == Some(RevisionPhase::Healthy);
+            Ok((healthy.then_some(revision), format!("phase {phase:?}")))
+        })
+        .await
+    }
+
     /// After a wait on the Application's own status: its desired commit's Revision agrees.
     async fn wait_desired_recorded(&self, name: &str, app: &Application) -> Result<()> {
         match app.status.as_ref().and_then(|s| s.desired_revision.clone()) {

@@ -309,10 +309,12 @@ async fn a_manual_rollback_is_recorded_under_its_requester_and_a_rollback_to_the
         .push(&[("apps/web/settings.yaml", config_map("settings", "2", json!({})))], "2")
         .await?;
     env.wait_synced("web", &two).await?;
+    // Ready stays True from commit one while two rolls out: wait for two's own Revision, or
+    // the rollback below would cancel it and leave nothing to roll back to later.
+    let rev_two = env.wait_revision_healthy("web", &two).await?.metadata.name.context("name")?;
     env.wait_ready("web", "True", "Healthy").await?;
     env.wait_ready("other", "True", "Healthy").await?;
     let rev_one = env.revision("web", &one).await?.metadata.name.context("name")?;
-    let rev_two = env.revision("web", &two).await?.metadata.name.context("name")?;
     let other_revision = env.revision("other", &two).await?.metadata.name.context("name")?;
 
     // Refused by the webhook: another Application's Revision, and a hand-set audit record.
@@ -578,14 +580,14 @@ async fn under_manual_sync_a_rollback_is_approved_only_while_its_target_is_uncha
     ksync.ok(&["sync", "web", "--yes"]).await?;
     env.wait_synced("web", &one).await?;
     env.wait_ready("web", "True", "Healthy").await?;
-    wait_revision_healthy(&env, &one).await?;
+    env.wait_revision_healthy("web", &one).await?;
     let two = env
         .push(&[("apps/web/settings.yaml", config_map("settings", "2", json!({})))], "2")
         .await?;
     wait_awaiting(&env, &two).await?;
     ksync.ok(&["sync", "web", "--yes"]).await?;
     env.wait_synced("web", &two).await?;
-    wait_revision_healthy(&env, &two).await?;
+    env.wait_revision_healthy("web", &two).await?;
     let rev_one = env.revision("web", &one).await?.metadata.name.context("name")?;
 
     ksync.ok(&["--as", "bob", "rollback", "web", "--yes"]).await?;
@@ -616,20 +618,6 @@ async fn under_manual_sync_a_rollback_is_approved_only_while_its_target_is_uncha
     env.wait_ready("web", "False", "RolledBack").await?;
     assert_eq!(settings(&env).await?, "1");
     Ok(())
-}
-
-/// Wait until `web`'s Revision at `commit` completed a Healthy rollout.
-async fn wait_revision_healthy(env: &Env, commit: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let revision = env.revision("web", commit).await?;
-        let phase = revision.status.and_then(|s| s.phase);
-        if phase == Some(kuvryn_sync_api::RevisionPhase::Healthy) {
-            return Ok(());
-        }
-        ensure!(Instant::now() < deadline, "web's Revision at {commit} is {phase:?}, not Healthy");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Wait until `web`'s Revision at `commit` awaits approval.
