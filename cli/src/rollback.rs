@@ -113,7 +113,7 @@ pub async fn run(cluster: &Cluster, args: &RollbackArgs) -> Result<Outcome> {
     request(cluster, &args.app, target).await?;
     output::print(&format!(
         "requested a rollback of {} to Revision {} (commit {}); follow it with `ksync wait {} \
-         --for synced`\n",
+         --for healthy`\n",
         args.app,
         name(target),
         output::short_commit(Some(&target.spec.source.revision)),

@@ -1,15 +1,26 @@
 //! `ksync wait APP --for healthy|synced [--timeout 5m]`: watch the Application until the
 //! condition holds (exit 0), a failure makes it unreachable (exit 1 at once), or the timeout
-//! passes (exit 1 with the last state). Each change the watch delivers is evaluated; nothing is
-//! polled. A one-line live progress is written on a terminal only.
+//! passes (exit 1 with the last state). Each change the watch delivers is evaluated. A one-line
+//! live progress is written on a terminal only.
+//!
+//! Ready keeps its last value while a rollout is planned, applied or observed (the API
+//! reference), so Ready True/Healthy alone may still be the previous commit's. `--for healthy`
+//! therefore also needs no rollout under way: no sync state `Planning`, `Applying` or `Pruning`,
+//! and no Revision of the deployed commit still applying, observing or rolling back. Revisions
+//! are read (listed, as `ksync history` does: a user may list them without being allowed to
+//! watch them) only once Ready holds, and again every [`RECHECK_EVERY`] while one is still
+//! under way, since its completion need not change the Application.
 
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use futures::TryStreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::watcher;
-use kuvryn_sync_api::{Application, ConditionReason, SyncState};
+use kuvryn_sync_api::{
+    Application, ConditionReason, HealthState, Revision, RevisionPhase, SyncState,
+};
 
 use crate::Outcome;
 use crate::cluster::Cluster;
@@ -18,7 +29,8 @@ use crate::output::condition;
 /// What to wait for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Target {
-    /// Ready=True with reason Healthy.
+    /// Ready=True with reason Healthy (or, after a completed rollback, Ready=False/RolledBack
+    /// with health Healthy), and no rollout under way.
     Healthy,
     /// Sync state Synced at the desired revision.
     Synced,
@@ -63,7 +75,48 @@ pub fn state_line(app: &Application) -> String {
     )
 }
 
-/// Decide the wait for `target` from one read of `app`.
+/// How often the Revisions are read again while Ready holds but a rollout is under way.
+const RECHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Sync states in which a rollout is under way, whatever Ready says.
+const ROLLING_OUT: [SyncState; 3] = [SyncState::Planning, SyncState::Applying, SyncState::Pruning];
+
+/// Revision phases of a rollout not finished yet (`AwaitingApproval` waits on a person, not on
+/// the rollout, and is not among them).
+const UNFINISHED: [RevisionPhase; 5] = [
+    RevisionPhase::Pending,
+    RevisionPhase::Planning,
+    RevisionPhase::Applying,
+    RevisionPhase::Observing,
+    RevisionPhase::RollingBack,
+];
+
+/// The Revision of `app`'s deployed commit whose rollout is not finished, as "Revision NAME is
+/// PHASE"; `None` when there is none.
+pub fn rollout_under_way(app: &Application, revisions: &[Revision]) -> Option<String> {
+    let deployed = app.status.as_ref()?.deployed_revision.as_deref()?;
+    revisions
+        .iter()
+        .filter(|r| Some(r.spec.application_ref.name.as_str()) == app.metadata.name.as_deref())
+        .filter(|r| r.spec.source.revision == deployed)
+        .find_map(|r| {
+            let phase = crate::revisions::phase(r).filter(|p| UNFINISHED.contains(p))?;
+            Some(format!("Revision {} is {phase}", crate::revisions::name(r)))
+        })
+}
+
+/// A Ready condition that reads healthy: True/Healthy, or False/RolledBack (a completed rollback
+/// holds the desired commit; the reference keeps that reason whatever the health) while the
+/// rolled-back-to objects are Healthy.
+fn healthy_ready(ready: &Condition, health: HealthState) -> bool {
+    (ready.status == "True" && ready.reason == ConditionReason::Healthy.as_str())
+        || (ready.status == "False"
+            && ready.reason == ConditionReason::RolledBack.as_str()
+            && health == HealthState::Healthy)
+}
+
+/// Decide the wait for `target` from one read of `app` (for `--for healthy`, the Revisions
+/// decide too: [`rollout_under_way`]).
 pub fn evaluate(target: Target, app: &Application) -> Verdict {
     let Some(status) = app.status.as_ref() else {
         return Verdict::Pending("no status yet".to_owned());
@@ -73,9 +126,9 @@ pub fn evaluate(target: Target, app: &Application) -> Verdict {
         .is_none_or(|c| c.observed_generation.is_none_or(|g| Some(g) >= app.metadata.generation));
     let reached = match target {
         Target::Healthy => {
-            ready.is_some_and(|c| {
-                c.status == "True" && c.reason == ConditionReason::Healthy.as_str()
-            }) && current
+            ready.is_some_and(|c| healthy_ready(c, status.health.state))
+                && current
+                && !ROLLING_OUT.contains(&status.sync.state)
         }
         Target::Synced => {
             status.sync.state == SyncState::Synced
@@ -87,7 +140,11 @@ pub fn evaluate(target: Target, app: &Application) -> Verdict {
         return Verdict::Reached;
     }
     if let Some(c) = ready.filter(|c| {
-        c.status == "False" && c.reason != ConditionReason::Progressing.as_str() && current
+        c.status == "False"
+            && c.reason != ConditionReason::Progressing.as_str()
+            && current
+            && !(c.reason == ConditionReason::RolledBack.as_str()
+                && status.health.state == HealthState::Progressing)
     }) {
         let message = if c.message.is_empty() { String::new() } else { format!(": {}", c.message) };
         return Verdict::Failed(format!("Ready is False/{}{message}", c.reason));
@@ -103,21 +160,31 @@ pub async fn run(cluster: &Cluster, args: &WaitArgs) -> Result<Outcome> {
     let live = std::io::stderr().is_terminal();
     let mut last = first.clone();
     let watching = async {
-        if let Some(outcome) = report(args, &first, live)? {
-            return Ok(outcome);
-        }
         let stream = watcher::watch_object(cluster.applications(), name);
         let mut stream = std::pin::pin!(stream);
-        while let Some(found) = stream.try_next().await.context("cannot watch the Application")? {
-            let Some(app) = found else {
-                anyhow::bail!("Application {name} was deleted while waiting");
-            };
-            last = app.clone();
-            if let Some(outcome) = report(args, &app, live)? {
+        let mut app = first.clone();
+        loop {
+            let verdict = judge(cluster, args, &app).await?;
+            let recheck = matches!(&verdict, Verdict::Pending(why) if why.starts_with("Revision"));
+            if let Some(outcome) = report(args, &app, verdict, live)? {
                 return Ok(outcome);
             }
+            let next = if recheck {
+                match tokio::time::timeout(RECHECK_EVERY, stream.try_next()).await {
+                    Ok(next) => next,
+                    // Nothing changed on the Application: read the Revisions again.
+                    Err(_) => continue,
+                }
+            } else {
+                stream.try_next().await
+            };
+            match next.context("cannot watch the Application")? {
+                Some(Some(changed)) => app = changed,
+                Some(None) => anyhow::bail!("Application {name} was deleted while waiting"),
+                None => anyhow::bail!("the watch of Application {name} ended"),
+            }
+            last = app.clone();
         }
-        anyhow::bail!("the watch of Application {name} ended")
     };
     match tokio::time::timeout(args.timeout, watching).await {
         Ok(outcome) => outcome,
@@ -136,14 +203,30 @@ pub async fn run(cluster: &Cluster, args: &WaitArgs) -> Result<Outcome> {
     }
 }
 
+/// [`evaluate`], then for `--for healthy` once Ready holds, whether a Revision of the deployed
+/// commit is still rolling out.
+async fn judge(cluster: &Cluster, args: &WaitArgs, app: &Application) -> Result<Verdict> {
+    let verdict = evaluate(args.target, app);
+    if verdict != Verdict::Reached || args.target != Target::Healthy {
+        return Ok(verdict);
+    }
+    let revisions = cluster.revisions(&args.app).await?;
+    Ok(rollout_under_way(app, &revisions).map_or(Verdict::Reached, Verdict::Pending))
+}
+
 /// Show `app`'s state; the outcome once the wait is decided.
-fn report(args: &WaitArgs, app: &Application, live: bool) -> Result<Option<Outcome>> {
+fn report(
+    args: &WaitArgs,
+    app: &Application,
+    verdict: Verdict,
+    live: bool,
+) -> Result<Option<Outcome>> {
     let name = &args.app;
     if live {
         eprint!("\r\x1b[2K{name}: {}", state_line(app));
         std::io::stderr().flush()?;
     }
-    match evaluate(args.target, app) {
+    match verdict {
         Verdict::Reached => {
             end_line(
                 live,
@@ -197,6 +280,10 @@ mod tests {
                 "observedGeneration": generation, "lastTransitionTime": "2026-12-01T10:00:00Z"}])
     }
 
+    fn rolled_back(health: &str) -> Value {
+        json!({"health": {"state": health}, "conditions": ready("False", "RolledBack", 2)})
+    }
+
     #[test]
     fn healthy_needs_a_current_ready_true_healthy_and_fails_fast_on_a_failure() {
         let cases = [
@@ -206,6 +293,31 @@ mod tests {
             (json!({"conditions": ready("False", "Progressing", 2)}), "pending"),
             (json!({"conditions": ready("False", "ValidationFailure", 2)}), "failed"),
             (json!({"conditions": ready("False", "HealthFailure", 1)}), "pending"),
+            // Ready keeps its value while a new commit is planned or applied.
+            (
+                json!({"sync": {"state": "Planning"}, "conditions": ready("True", "Healthy", 2)}),
+                "pending",
+            ),
+            (
+                json!({"sync": {"state": "Applying"}, "conditions": ready("True", "Healthy", 2)}),
+                "pending",
+            ),
+            (
+                json!({"sync": {"state": "Pruning"}, "conditions": ready("True", "Healthy", 2)}),
+                "pending",
+            ),
+            (
+                json!({"sync": {"state": "Drifted"}, "conditions": ready("True", "Healthy", 2)}),
+                "reached",
+            ),
+            (
+                json!({"sync": {"state": "AwaitingApproval"}, "conditions": ready("True", "Healthy", 2)}),
+                "reached",
+            ),
+            // A completed rollback: Ready False/RolledBack, and the health says the rest.
+            (rolled_back("Healthy"), "reached"),
+            (rolled_back("Progressing"), "pending"),
+            (rolled_back("Degraded"), "failed"),
         ];
         for (status, want) in cases {
             let got = match evaluate(Target::Healthy, &app(status.clone())) {
@@ -246,6 +358,61 @@ mod tests {
             };
             assert_eq!(got, want, "{status}");
         }
+    }
+
+    fn revision(name: &str, app: &str, commit: &str, phase: Option<&str>) -> Revision {
+        serde_json::from_value(json!({
+            "apiVersion": "sync.kuvryn.io/v1alpha1", "kind": "Revision",
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {"applicationRef": {"name": app},
+                     "source": {"repositoryRef": {"name": "apps"}, "revision": commit, "path": ".",
+                                "render": {"type": "yaml"}},
+                     "desiredStateHash": "sha256:1"},
+            "status": phase.map(|p| json!({"phase": p})),
+        }))
+        .expect("revision")
+    }
+
+    #[test]
+    fn a_rollout_is_under_way_while_a_revision_of_the_deployed_commit_is_unfinished() {
+        let deployed =
+            app(json!({"deployedRevision": "c2", "conditions": ready("True", "Healthy", 2)}));
+        let cases: [(&str, Vec<Revision>, Option<&str>); 8] = [
+            ("no Revision", vec![], None),
+            (
+                "observing",
+                vec![revision("web-c2", "web", "c2", Some("Observing"))],
+                Some("Revision web-c2 is Observing"),
+            ),
+            (
+                "applying",
+                vec![revision("web-c2", "web", "c2", Some("Applying"))],
+                Some("Revision web-c2 is Applying"),
+            ),
+            (
+                "rolling back",
+                vec![revision("web-c2", "web", "c2", Some("RollingBack"))],
+                Some("Revision web-c2 is RollingBack"),
+            ),
+            ("healthy", vec![revision("web-c2", "web", "c2", Some("Healthy"))], None),
+            (
+                "awaiting approval waits on a person",
+                vec![revision("web-c2", "web", "c2", Some("AwaitingApproval"))],
+                None,
+            ),
+            ("another commit's", vec![revision("web-c1", "web", "c1", Some("Observing"))], None),
+            (
+                "another Application's",
+                vec![revision("api-c2", "api", "c2", Some("Observing"))],
+                None,
+            ),
+        ];
+        for (what, revisions, want) in cases {
+            assert_eq!(rollout_under_way(&deployed, &revisions).as_deref(), want, "{what}");
+        }
+        let nothing_deployed = app(json!({"conditions": ready("True", "Healthy", 2)}));
+        let observing = [revision("web-c2", "web", "c2", Some("Observing"))];
+        assert_eq!(rollout_under_way(&nothing_deployed, &observing), None);
     }
 
     #[test]

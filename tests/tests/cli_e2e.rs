@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kuvryn_sync_api::{Application, Repository, SyncState, keys};
+use kuvryn_sync_api::{Application, Repository, RevisionPhase, SyncState, keys};
 use kuvryn_sync_tests::application::{Env, config_map, env};
 use kuvryn_sync_tests::cli::Ksync;
 use kuvryn_sync_tests::cluster::wait_for;
@@ -124,6 +124,21 @@ async fn cluster_commands_show_and_change_real_applications() -> Result<()> {
     let mut v2 = files.clone();
     v2[0].1 = config_map("settings", "2", json!({}));
     let commit2 = env.push(&v2, "web v2").await?;
+    // wait --for healthy after a push: Ready stays True from commit1 while commit2 rolls out,
+    // so the wait lasts until commit2's own Revision is Healthy, not only until Ready is.
+    env.wait_app("web", "commit2 desired", |app| {
+        app.status.as_ref().and_then(|s| s.desired_revision.as_deref()) == Some(commit2.as_str())
+    })
+    .await?;
+    let waited = ksync.ok(&["wait", "web", "--for", "healthy", "--timeout", "60s"]).await?;
+    assert!(waited.contains("web is healthy"), "{waited}");
+    let rolled_out = env.revision("web", &commit2).await?;
+    assert_eq!(
+        rolled_out.status.as_ref().and_then(|s| s.phase),
+        Some(RevisionPhase::Healthy),
+        "ksync wait returned before commit2's rollout finished: {:?}",
+        rolled_out.status
+    );
     env.wait_synced("web", &commit2).await?;
     let plan = ksync.ok(&["plan", "web"]).await?;
     assert!(plan.contains(&format!("~ update v1 ConfigMap {}/settings", env.namespace)), "{plan}");
