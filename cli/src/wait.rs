@@ -62,6 +62,10 @@ pub enum Verdict {
     Failed(String),
     /// Not yet; the current state in one line.
     Pending(String),
+    /// Ready holds, but a Revision of the deployed commit is still rolling out (which one, in
+    /// what phase): read the Revisions again, as their completion need not change the
+    /// Application.
+    RollingOut(String),
 }
 
 /// The state of `app` in one line: sync, health, Ready.
@@ -165,7 +169,7 @@ pub async fn run(cluster: &Cluster, args: &WaitArgs) -> Result<Outcome> {
         let mut app = first.clone();
         loop {
             let verdict = judge(cluster, args, &app).await?;
-            let recheck = matches!(&verdict, Verdict::Pending(why) if why.starts_with("Revision"));
+            let recheck = matches!(verdict, Verdict::RollingOut(_));
             if let Some(outcome) = report(args, &app, verdict, live)? {
                 return Ok(outcome);
             }
@@ -211,7 +215,7 @@ async fn judge(cluster: &Cluster, args: &WaitArgs, app: &Application) -> Result<
         return Ok(verdict);
     }
     let revisions = cluster.revisions(&args.app).await?;
-    Ok(rollout_under_way(app, &revisions).map_or(Verdict::Reached, Verdict::Pending))
+    Ok(rollout_under_way(app, &revisions).map_or(Verdict::Reached, Verdict::RollingOut))
 }
 
 /// Show `app`'s state; the outcome once the wait is decided.
@@ -241,7 +245,7 @@ fn report(
             )?;
             Ok(Some(Outcome::NotMet))
         }
-        Verdict::Pending(_) => Ok(None),
+        Verdict::Pending(_) | Verdict::RollingOut(_) => Ok(None),
     }
 }
 
@@ -323,7 +327,7 @@ mod tests {
             let got = match evaluate(Target::Healthy, &app(status.clone())) {
                 Verdict::Reached => "reached",
                 Verdict::Failed(_) => "failed",
-                Verdict::Pending(_) => "pending",
+                Verdict::Pending(_) | Verdict::RollingOut(_) => "pending",
             };
             assert_eq!(got, want, "{status}");
         }
@@ -354,7 +358,7 @@ mod tests {
             let got = match evaluate(Target::Synced, &app(status.clone())) {
                 Verdict::Reached => "reached",
                 Verdict::Failed(_) => "failed",
-                Verdict::Pending(_) => "pending",
+                Verdict::Pending(_) | Verdict::RollingOut(_) => "pending",
             };
             assert_eq!(got, want, "{status}");
         }
