@@ -606,9 +606,9 @@ async fn write_with_history(
     }
 }
 
-/// The Application's Revisions, from the watched store (once it has listed them all); one this
-/// controller wrote since the store last heard of it is read from the API server instead (a
-/// Revision that just became Healthy must not look in progress, or a new one would cancel it).
+/// The Application's Revisions, from the watched store (once it has listed them all), each as
+/// last written ([`revision_as_written`]): one this controller wrote since the store last heard
+/// of it is read from the API server, so a stale copy never decides a cancel or a trim.
 async fn stored_revisions(
     app: &Application,
     namespace: &str,
@@ -619,13 +619,7 @@ async fn stored_revisions(
     let name = app.name_any();
     let mut found = Vec::new();
     for revision in ctx.revision_writes.names(namespace, &name) {
-        let current = if ctx.revision_writes.pending(namespace, &revision) {
-            let revisions: Api<Revision> = Api::namespaced(ctx.client.clone(), namespace);
-            revisions.get_opt(&revision).await?
-        } else {
-            let key = ObjectRef::new(&revision).within(namespace);
-            ctx.revisions.get(&key).map(|r| r.as_ref().clone())
-        };
+        let current = revision_as_written(namespace, &revision, ctx).await?;
         found.extend(current.filter(|r| r.labels().get(keys::APPLICATION) == Some(&name)));
     }
     Ok(found)
@@ -1047,7 +1041,7 @@ async fn plan_desired_state(
         PrunePlan::default()
     };
     let plan = plan(&desired.hash, &observations, &prune);
-    let existing = planned_revision(namespace, &revision, ctx).await?;
+    let existing = revision_as_written(namespace, &revision, ctx).await?;
     let rules = ctx.health_rules.current();
     let health = health::desired_health(&rules, &desired.objects, &live, &now());
     let diagnosis =
@@ -1077,7 +1071,7 @@ async fn unplanned_revision(
     match unplanned_failure(observation) {
         Some((commit, _, _)) => {
             let name = unplanned_revision_name(&app.name_any(), commit);
-            planned_revision(namespace, &name, ctx).await
+            revision_as_written(namespace, &name, ctx).await
         }
         None => Ok(None),
     }
@@ -1087,7 +1081,7 @@ async fn unplanned_revision(
 /// since and the store has not caught up; then from the API server. A Revision the store has
 /// not got does not exist (a new commit's), unless the store holds only this shard's label (a
 /// Revision of another shard's label, say): then the API server is asked.
-async fn planned_revision(
+async fn revision_as_written(
     namespace: &str,
     name: &str,
     ctx: &ApplicationContext,

@@ -322,23 +322,16 @@ impl Env {
         commit: &str,
         must_exist: bool,
     ) -> Result<()> {
-        let selector = format!("{}={name}", keys::APPLICATION);
-        let revisions = self.api::<Revision>();
-        wait_for(&format!("Revision of {name} at {commit} past Applying"), DEADLINE, || async {
-            let listed = revisions.list(&ListParams::default().labels(&selector)).await?;
-            let Some(revision) = at_commit(listed.items, commit) else {
-                return Ok(((!must_exist).then_some(()), "no Revision".to_owned()));
-            };
-            let phase = revision.status.and_then(|s| s.phase);
-            let applying = matches!(
+        let applying = |phase: Option<RevisionPhase>| {
+            matches!(
                 phase,
                 None | Some(
                     RevisionPhase::Pending | RevisionPhase::Planning | RevisionPhase::Applying
                 )
-            );
-            Ok(((!applying).then_some(()), format!("phase {phase:?}")))
-        })
-        .await
+            )
+        };
+        let past = |phase| !applying(phase);
+        self.wait_revision_phase(name, commit, "past Applying", past, must_exist).await.map(drop)
     }
 
     /// Wait until `name`'s Revision at `commit` completed its rollout Healthy. Ready keeps its
@@ -346,16 +339,31 @@ impl Env {
     /// still be the first commit's: a test that needs the new rollout finished (to roll back to
     /// it, say) waits for its Revision.
     pub async fn wait_revision_healthy(&self, name: &str, commit: &str) -> Result<Revision> {
+        let healthy = |phase| phase == Some(RevisionPhase::Healthy);
+        self.wait_revision_phase(name, commit, "Healthy", healthy, true)
+            .await?
+            .context("no Revision")
+    }
+
+    /// Wait until `name`'s Revision at `commit` has a phase `done` accepts (the Revision), or,
+    /// with `must_exist` false, there is none (`None`).
+    async fn wait_revision_phase(
+        &self,
+        name: &str,
+        commit: &str,
+        what: &str,
+        done: impl Fn(Option<RevisionPhase>) -> bool,
+        must_exist: bool,
+    ) -> Result<Option<Revision>> {
         let selector = format!("{}={name}", keys::APPLICATION);
         let revisions = self.api::<Revision>();
-        wait_for(&format!("Revision of {name} at {commit} Healthy"), DEADLINE, || async {
+        wait_for(&format!("Revision of {name} at {commit} {what}"), DEADLINE, || async {
             let listed = revisions.list(&ListParams::default().labels(&selector)).await?;
             let Some(revision) = at_commit(listed.items, commit) else {
-                return Ok((None, "no Revision".to_owned()));
+                return Ok(((!must_exist).then_some(None), "no Revision".to_owned()));
             };
             let phase = revision.status.as_ref().and_then(|s| s.phase);
-            let healthy = phase == Some(RevisionPhase::Healthy);
-            Ok((healthy.then_some(revision), format!("phase {phase:?}")))
+            Ok((done(phase).then_some(Some(revision)), format!("phase {phase:?}")))
         })
         .await
     }
